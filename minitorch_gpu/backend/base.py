@@ -1,0 +1,143 @@
+"""What every backend provides: an array module, random numbers, timing and memory.
+
+The backend knows nothing of autograd. Ops are written once against ``backend.xp``
+(NumPy or CuPy); the few things the two array modules do differently live here.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from . import dtypes
+
+DEFAULT_SEED = 67280421310721  # PyTorch's default initial seed: runs are repeatable by default
+
+
+@dataclass(frozen=True, eq=False)
+class Device:
+    """A device: ``Device("cpu")`` or ``Device("cuda", 0)``. Compares equal to its string."""
+
+    type: str
+    index: Optional[int] = None
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"device({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = parse_device(other)
+            except ValueError:
+                return False
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+
+def parse_device(device: Any) -> Device:
+    """Parse "cpu", "cuda" or "cuda:N" (or a Device) into a Device; "cuda" means "cuda:0"."""
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, str):
+        kind, _, index = device.partition(":")
+        if kind == "cpu" and not index:
+            return Device("cpu")
+        if kind == "cuda":
+            if not index:
+                return Device("cuda", 0)
+            if index.isdigit():
+                return Device("cuda", int(index))
+    raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+
+
+class Timer:
+    """Wall-clock timer for a block: ``with backend.timer() as t: ...; t.elapsed_ms``."""
+
+    def __init__(self) -> None:
+        self._start = self._end = None
+
+    def __enter__(self) -> "Timer":
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._end = time.perf_counter()
+
+    @property
+    def elapsed_ms(self) -> float:
+        if self._end is None:
+            raise RuntimeError("Timer.elapsed_ms: the timed block has not finished")
+        return (self._end - self._start) * 1e3
+
+
+class Backend:
+    """One device's array module and the operations NumPy and CuPy spell differently.
+
+    Subclasses set ``xp`` (the array module) and ``device``.
+    """
+
+    xp: Any
+    device: Device
+
+    def __init__(self, seed: int = DEFAULT_SEED) -> None:
+        self.seed(seed)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.device})"
+
+    # --- arrays -----------------------------------------------------------------------
+    def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> Any:
+        """``data`` (Python numbers/lists, a NumPy or this backend's array) as an array here."""
+        raise NotImplementedError
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def data_ptr(self, array: Any) -> int:
+        """Address of the array's first element (views of one buffer share the memory)."""
+        raise NotImplementedError
+
+    def scatter_add(self, target: Any, index: Any, values: Any) -> None:
+        """``target[index] += values`` where repeated indices all add (unbuffered)."""
+        raise NotImplementedError
+
+    def erf(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    # --- random numbers ---------------------------------------------------------------
+    def seed(self, seed: int) -> None:
+        raise NotImplementedError
+
+    def randn(self, shape: tuple, dtype: np.dtype) -> Any:
+        raise NotImplementedError
+
+    def rand(self, shape: tuple, dtype: np.dtype) -> Any:
+        raise NotImplementedError
+
+    def randint(self, low: int, high: int, shape: tuple, dtype: np.dtype) -> Any:
+        raise NotImplementedError
+
+    # --- timing and memory ------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait until all queued work on the device is done (a no-op on the CPU)."""
+
+    def timer(self) -> Timer:
+        return Timer()
+
+    def memory_stats(self) -> dict:
+        raise NotImplementedError
+
+    # --- helpers shared by both backends -----------------------------------------------
+    @staticmethod
+    def _float_for_random(dtype: np.dtype) -> np.dtype:
+        """Random floats are drawn in float32/float64 and rounded to narrower types."""
+        if not dtypes.is_floating(dtype):
+            raise TypeError(f"random floats need a floating dtype, got {dtype}")
+        return dtype if dtype in (dtypes.float32, dtypes.float64) else dtypes.float32

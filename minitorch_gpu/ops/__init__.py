@@ -1,0 +1,17 @@
+"""The differentiable ops, one family per module; this package re-exports their functions."""
+from .elementwise import (abs, add, clamp, div, eq, exp, ge, gelu, gt, le, log, logical_and,
+                          logical_not, logical_or, lt, masked_fill, maximum, minimum, mul, ne,
+                          neg, pow, relu, sigmoid, sqrt, sub, tanh, where)
+from .shape import (cat, chunk, clone, contiguous, expand, flatten, gather, getitem, index_key,
+                    narrow, permute, reshape, split, squeeze, stack, to_device, to_dtype,
+                    transpose, unsqueeze, view)
+from .reduce import (all, amax, amin, any, argmax, argmin, max, mean, min, std, sum, var)
+from .matmul import matmul
+from .softmax import log_softmax, softmax
+from .normalization import layer_norm
+from .loss import cross_entropy
+from .embedding import embedding
+from .dropout import dropout
+from .attention import scaled_dot_product_attention
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,96 @@
+"""Small helpers the op families share: operand lifting, broadcasting, dims."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ..tensor import Tensor, _wrap_dim
+
+SCALAR_TYPES = (int, float, bool, np.number, np.bool_)
+
+
+def shape_of(x: Any) -> tuple:
+    return tuple(x.shape) if hasattr(x, "shape") else ()
+
+
+def as_tensor_like(value: Any, like: Tensor, op: str) -> Any:
+    """A Python scalar stays a scalar (cheap); arrays and lists become Tensors on ``like``'s
+    device; anything else is a TypeError naming the op."""
+    if isinstance(value, Tensor) or isinstance(value, SCALAR_TYPES):
+        return value
+    if isinstance(value, (list, tuple)) or hasattr(value, "__array_interface__") \
+            or hasattr(value, "__cuda_array_interface__"):
+        return Tensor._make(like._backend.asarray(value), like._backend, False)
+    raise TypeError(f"{op}: expected a Tensor or a number, got {type(value).__name__}")
+
+
+def binary_operands(a: Any, b: Any, op: str) -> tuple:
+    """Lift the operands of a binary op and check their shapes broadcast."""
+    if not isinstance(a, Tensor):
+        if not isinstance(b, Tensor):
+            raise TypeError(f"{op}: expected at least one Tensor, got {type(a).__name__} "
+                            f"and {type(b).__name__}")
+        a = as_tensor_like(a, b, op)
+    elif not isinstance(b, Tensor):
+        b = as_tensor_like(b, a, op)
+    check_broadcast(op, shape_of(a), shape_of(b))
+    return a, b
+
+
+def check_broadcast(op: str, *shapes: tuple) -> tuple:
+    """The broadcast shape of ``shapes``, or ValueError naming the op and the shapes."""
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return first
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = " and ".join(str(s) for s in shapes)
+        raise ValueError(f"{op}: shapes cannot broadcast: {listed}") from None
+
+
+def unbroadcast(grad: Any, shape: tuple) -> Any:
+    """Sum ``grad`` back to ``shape``: the backward of broadcasting (an implicit expand)."""
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    return grad.sum(axis=axes).reshape(shape)
+
+
+def normalize_dims(dim: Any, ndim: int, op: str) -> Optional[tuple]:
+    """``dim`` (None, an int or a sequence of ints) as a sorted tuple of non-negative dims."""
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        dims = tuple(sorted(_wrap_dim(d, ndim, op) for d in dim))
+        if len(set(dims)) != len(dims):
+            raise ValueError(f"{op}: dim {tuple(dim)} names a dim twice")
+        return dims
+    return (_wrap_dim(dim, ndim, op),)
+
+
+def reduced_count(shape: tuple, axes: Optional[tuple]) -> int:
+    if axes is None:
+        return int(np.prod(shape, dtype=np.int64))
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+def expand_reduced(grad: Any, shape: tuple, axes: Optional[tuple], keepdim: bool, xp: Any) -> Any:
+    """Broadcast the gradient of a reduction back over the reduced dims (a view, no copy)."""
+    if not keepdim and axes is not None:
+        grad = xp.expand_dims(grad, axes)
+    return xp.broadcast_to(grad, shape)
+
+
+def require_tensor(x: Any, op: str, name: str = "input") -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: expected {name} to be a Tensor, got {type(x).__name__}")
+    return x
+
+
+def require_float(x: Tensor, op: str, name: str = "input") -> None:
+    if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
+        raise TypeError(f"{op}: expected a floating-point {name}, got {x.dtype}")

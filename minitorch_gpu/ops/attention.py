@@ -1,0 +1,123 @@
+"""Scaled dot-product attention as one fused Function, forward and backward.
+
+softmax(q k^T * scale + mask) v, with the scores computed in one buffer that is masked,
+soft-maxed and (in training) dropped out in place. Backward uses the saved probabilities:
+    dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),  dQ = dS K s,  dK = dS^T Q s.
+The (L, S) probability matrix is kept per head; a tiled path that never stores it is the
+job of the speed work (flash attention).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from ..autograd import Function
+from ..backend import dtypes
+from ..tensor import Tensor
+from ._util import check_broadcast, require_float, require_tensor, unbroadcast
+from .softmax import softmax_
+
+
+class ScaledDotProductAttention(Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, causal, scale, dropout_p):
+        xp = ctx.xp
+        scores = xp.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
+        if scores.dtype in (dtypes.bfloat16, dtypes.float16):
+            scores = scores.astype(dtypes.float32)
+        scores *= scale
+        L, S = scores.shape[-2:]
+        if causal:  # query i sees keys 0..i (top-left aligned, as PyTorch's is_causal)
+            scores[..., xp.triu(xp.ones((L, S), dtype=bool), k=1)] = -xp.inf
+        elif mask is not None:
+            if mask.dtype == bool:  # True = may attend
+                scores = xp.where(mask, scores, -xp.inf)
+            else:  # additive float mask
+                scores += mask
+        probs = softmax_(scores, -1, xp).astype(q.dtype, copy=False)
+        keep = None
+        attended = probs
+        if dropout_p > 0.0:
+            keep = ctx.backend.rand(probs.shape, dtypes.float32) >= dropout_p
+            attended = probs * keep
+            attended *= 1.0 / (1.0 - dropout_p)
+        ctx.save_for_backward(q, k, v, probs, keep)
+        ctx.scale, ctx.dropout_p = scale, dropout_p
+        return xp.matmul(attended, v)  # (..., L, Ev)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        q, k, v, probs, keep = ctx.saved_tensors
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        attended = probs
+        if keep is not None:
+            attended = probs * keep * (1.0 / (1.0 - ctx.dropout_p))
+        grad_v = xp.matmul(xp.swapaxes(attended, -1, -2), grad) if need_v else None
+        grad_q = grad_k = None
+        if need_q or need_k:
+            d_probs = xp.matmul(grad, xp.swapaxes(v, -1, -2))  # (..., L, S)
+            if keep is not None:
+                d_probs *= keep
+                d_probs *= 1.0 / (1.0 - ctx.dropout_p)
+            # softmax backward, in place: dS = P * (dP - rowsum(dP * P))
+            d_scores = d_probs
+            d_scores -= (d_probs * probs).sum(axis=-1, keepdims=True)
+            d_scores *= probs
+            d_scores *= ctx.scale
+            if need_q:
+                grad_q = xp.matmul(d_scores, k)
+            if need_k:
+                grad_k = xp.matmul(xp.swapaxes(d_scores, -1, -2), q)
+        return (unbroadcast(grad_q, q.shape) if grad_q is not None else None,
+                unbroadcast(grad_k, k.shape) if grad_k is not None else None,
+                unbroadcast(grad_v, v.shape) if grad_v is not None else None,
+                None, None, None, None)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
+                                 attn_mask: Optional[Tensor] = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False,
+                                 scale: Optional[float] = None) -> Tensor:
+    """Attention over the last two dims: query (..., L, E), key (..., S, E), value (..., S, Ev)
+    -> (..., L, Ev), as torch.nn.functional.scaled_dot_product_attention.
+
+    ``attn_mask`` is bool (True = may attend) or float (added to the scores), broadcast to
+    (..., L, S). ``is_causal`` masks keys after each query (top-left aligned when L != S).
+    ``dropout_p`` applies dropout to the attention weights; pass 0 in evaluation.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        require_tensor(t, "scaled_dot_product_attention", name)
+        require_float(t, "scaled_dot_product_attention", name)
+        if t.ndim < 2:
+            raise ValueError(f"scaled_dot_product_attention: {name} needs at least 2 dims "
+                             f"(..., seq, dim), got shape {tuple(t.shape)}")
+    q_shape, k_shape, v_shape = tuple(query.shape), tuple(key.shape), tuple(value.shape)
+    if q_shape[-1] != k_shape[-1]:
+        raise ValueError(f"scaled_dot_product_attention: query and key feature dims differ: "
+                         f"{q_shape} and {k_shape}")
+    if k_shape[-2] != v_shape[-2]:
+        raise ValueError(f"scaled_dot_product_attention: key and value lengths differ: "
+                         f"{k_shape} and {v_shape}")
+    batch = check_broadcast("scaled_dot_product_attention (batch dims)",
+                            q_shape[:-2], k_shape[:-2], v_shape[:-2])
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got "
+                         f"{dropout_p}")
+    mask = None
+    if attn_mask is not None:
+        if is_causal:
+            raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, "
+                             "not both")
+        require_tensor(attn_mask, "scaled_dot_product_attention", "attn_mask")
+        scores_shape = batch + (q_shape[-2], k_shape[-2])
+        if check_broadcast("scaled_dot_product_attention (attn_mask)", attn_mask.shape,
+                           scores_shape) != scores_shape:
+            raise ValueError(f"scaled_dot_product_attention: attn_mask of shape "
+                             f"{tuple(attn_mask.shape)} does not broadcast to the scores' "
+                             f"shape {scores_shape}")
+        mask = attn_mask.data
+    if scale is None:
+        scale = 1.0 / math.sqrt(q_shape[-1])
+    return ScaledDotProductAttention.apply(query, key, value, mask, bool(is_causal),
+                                           float(scale), float(dropout_p))

@@ -1,0 +1,457 @@
+"""Elementwise ops: arithmetic, math functions, activations, selection, comparisons.
+
+Binary ops broadcast like NumPy; their backward sums each gradient back to its input's
+shape (``unbroadcast``). Python scalars pass straight through to the array module.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..autograd import Function
+from ..tensor import Tensor
+from ._util import (as_tensor_like, binary_operands, check_broadcast, require_tensor,
+                    shape_of, unbroadcast)
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+# --- arithmetic ---------------------------------------------------------------------------
+class Add(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = shape_of(a), shape_of(b)
+        return ctx.xp.add(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a_shape, b_shape = ctx.shapes
+        need_a, need_b = ctx.needs_input_grad
+        return (unbroadcast(grad, a_shape) if need_a else None,
+                unbroadcast(grad, b_shape) if need_b else None)
+
+
+class Sub(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = shape_of(a), shape_of(b)
+        return ctx.xp.subtract(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a_shape, b_shape = ctx.shapes
+        need_a, need_b = ctx.needs_input_grad
+        return (unbroadcast(grad, a_shape) if need_a else None,
+                unbroadcast(-grad, b_shape) if need_b else None)
+
+
+class Mul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        need_a, need_b = ctx.needs_input_grad
+        # each gradient needs only the other operand
+        ctx.save_for_backward(b if need_a else None, a if need_b else None)
+        ctx.shapes = shape_of(a), shape_of(b)
+        return ctx.xp.multiply(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, a = ctx.saved_tensors
+        a_shape, b_shape = ctx.shapes
+        return (unbroadcast(grad * b, a_shape) if b is not None else None,
+                unbroadcast(grad * a, b_shape) if a is not None else None)
+
+
+class Div(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        out = ctx.xp.divide(a, b)
+        ctx.save_for_backward(b, out if ctx.needs_input_grad[1] else None)
+        ctx.shapes = shape_of(a), shape_of(b)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, out = ctx.saved_tensors
+        a_shape, b_shape = ctx.shapes
+        grad_a = grad / b
+        return (unbroadcast(grad_a, a_shape) if ctx.needs_input_grad[0] else None,
+                unbroadcast(-grad_a * out, b_shape) if out is not None else None)  # -g a / b^2
+
+
+class Neg(Function):
+    @staticmethod
+    def forward(ctx, a):
+        return ctx.xp.negative(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad
+
+
+class Pow(Function):
+    """``a ** b`` for tensor or scalar base and exponent."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        xp = ctx.xp
+        out = xp.power(a, b)
+        ctx.save_for_backward(a, b, out)
+        ctx.shapes = shape_of(a), shape_of(b)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        a, b, out = ctx.saved_tensors
+        a_shape, b_shape = ctx.shapes
+        need_a, need_b = ctx.needs_input_grad
+        grad_a = grad_b = None
+        if need_a:  # d/da a^b = b a^(b-1)
+            grad_a = unbroadcast(grad * b * xp.power(a, b - 1), a_shape)
+        if need_b:  # d/db a^b = a^b log a  (taken as 0 where a == 0, as PyTorch does)
+            log_a = xp.log(xp.where(a == 0, 1, a))
+            grad_b = unbroadcast(grad * out * log_a, b_shape)
+        return grad_a, grad_b
+
+
+# --- math functions and activations ----------------------------------------------------
+class Exp(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.exp(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out
+
+
+class Log(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.log(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad / a
+
+
+class Sqrt(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.sqrt(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad / (2 * out)
+
+
+class Tanh(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.tanh(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (1 - out * out)
+
+
+class Sigmoid(Function):
+    @staticmethod
+    def forward(ctx, a):
+        xp = ctx.xp
+        # 1/(1+exp(-a)) overflows exp for very negative a; tanh form is stable everywhere
+        out = 0.5 * (xp.tanh(0.5 * a) + 1)
+        ctx.save_for_backward(out)
+        return out.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out * (1 - out)
+
+
+class Relu(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.maximum(a, 0)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (out > 0)
+
+
+class Gelu(Function):
+    """GELU, x * Phi(x): exact (erf) or the tanh approximation GPT-2 uses.
+
+    Only x is saved; backward recomputes tanh/erf rather than storing a second activation.
+    """
+
+    @staticmethod
+    def forward(ctx, a, approximate):
+        xp = ctx.xp
+        ctx.save_for_backward(a)
+        ctx.approximate = approximate
+        if approximate == "tanh":
+            inner = _SQRT_2_OVER_PI * (a + 0.044715 * a * a * a)
+            return (0.5 * a * (1 + xp.tanh(inner))).astype(a.dtype, copy=False)
+        return (0.5 * a * (1 + ctx.backend.erf(a * _INV_SQRT_2))).astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        (a,) = ctx.saved_tensors
+        if ctx.approximate == "tanh":
+            a2 = a * a
+            t = xp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a2 * a))
+            d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * a2)
+            local = 0.5 * (1 + t) + 0.5 * a * (1 - t * t) * d_inner
+        else:
+            cdf = 0.5 * (1 + ctx.backend.erf(a * _INV_SQRT_2))
+            local = cdf + a * _INV_SQRT_2PI * xp.exp(-0.5 * a * a)
+        return (grad * local, None)
+
+
+class Abs(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.abs(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad * ctx.xp.sign(a)
+
+
+class Clamp(Function):
+    @staticmethod
+    def forward(ctx, a, low, high):
+        xp = ctx.xp
+        # the gradient passes where the input was inside [low, high] (ends included)
+        inside = xp.ones(a.shape, dtype=bool)
+        if low is not None:
+            inside &= a >= low
+        if high is not None:
+            inside &= a <= high
+        ctx.save_for_backward(inside)
+        return xp.clip(a, low, high)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inside,) = ctx.saved_tensors
+        return grad * inside, None, None
+
+
+class Maximum(Function):
+    """Elementwise max; where both are equal each gets half the gradient (as PyTorch)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        ctx.shapes = shape_of(a), shape_of(b)
+        return ctx.xp.maximum(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _select_backward(ctx, grad, lambda a, b: a > b)
+
+
+class Minimum(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        ctx.shapes = shape_of(a), shape_of(b)
+        return ctx.xp.minimum(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _select_backward(ctx, grad, lambda a, b: a < b)
+
+
+def _select_backward(ctx, grad, a_wins):
+    a, b = ctx.saved_tensors
+    a_shape, b_shape = ctx.shapes
+    share_a = a_wins(a, b) + 0.5 * (a == b)  # 1 where a won, 1/2 on ties, 0 where b won
+    grad_a = grad * share_a
+    return (unbroadcast(grad_a, a_shape) if ctx.needs_input_grad[0] else None,
+            unbroadcast(grad - grad_a, b_shape) if ctx.needs_input_grad[1] else None)
+
+
+class Where(Function):
+    @staticmethod
+    def forward(ctx, condition, a, b):
+        ctx.save_for_backward(condition)
+        ctx.shapes = shape_of(a), shape_of(b)
+        return ctx.xp.where(condition, a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (condition,) = ctx.saved_tensors
+        a_shape, b_shape = ctx.shapes
+        zero = ctx.xp.zeros((), dtype=grad.dtype)
+        _, need_a, need_b = ctx.needs_input_grad
+        return (None,
+                unbroadcast(ctx.xp.where(condition, grad, zero), a_shape) if need_a else None,
+                unbroadcast(ctx.xp.where(condition, zero, grad), b_shape) if need_b else None)
+
+
+class MaskedFill(Function):
+    @staticmethod
+    def forward(ctx, a, mask, value):
+        ctx.save_for_backward(mask)
+        return ctx.xp.where(mask, ctx.xp.asarray(value, dtype=a.dtype), a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return ctx.xp.where(mask, ctx.xp.zeros((), dtype=grad.dtype), grad), None, None
+
+
+# --- functional wrappers ------------------------------------------------------------------
+def add(a: Any, b: Any) -> Tensor:
+    return Add.apply(*binary_operands(a, b, "add"))
+
+
+def sub(a: Any, b: Any) -> Tensor:
+    return Sub.apply(*binary_operands(a, b, "sub"))
+
+
+def mul(a: Any, b: Any) -> Tensor:
+    return Mul.apply(*binary_operands(a, b, "mul"))
+
+
+def div(a: Any, b: Any) -> Tensor:
+    return Div.apply(*binary_operands(a, b, "div"))
+
+
+def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - mirrors torch.pow
+    return Pow.apply(*binary_operands(a, b, "pow"))
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    return Maximum.apply(*binary_operands(a, b, "maximum"))
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    return Minimum.apply(*binary_operands(a, b, "minimum"))
+
+
+def neg(a: Tensor) -> Tensor:
+    return Neg.apply(require_tensor(a, "neg"))
+
+
+def exp(a: Tensor) -> Tensor:
+    return Exp.apply(require_tensor(a, "exp"))
+
+
+def log(a: Tensor) -> Tensor:
+    return Log.apply(require_tensor(a, "log"))
+
+
+def sqrt(a: Tensor) -> Tensor:
+    return Sqrt.apply(require_tensor(a, "sqrt"))
+
+
+def tanh(a: Tensor) -> Tensor:
+    return Tanh.apply(require_tensor(a, "tanh"))
+
+
+def sigmoid(a: Tensor) -> Tensor:
+    return Sigmoid.apply(require_tensor(a, "sigmoid"))
+
+
+def relu(a: Tensor) -> Tensor:
+    return Relu.apply(require_tensor(a, "relu"))
+
+
+def gelu(a: Tensor, approximate: str = "none") -> Tensor:
+    """GELU; ``approximate="tanh"`` is GPT-2's form, "none" the exact erf form (PyTorch's)."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return Gelu.apply(require_tensor(a, "gelu"), approximate)
+
+
+def abs(a: Tensor) -> Tensor:  # noqa: A001 - mirrors torch.abs
+    return Abs.apply(require_tensor(a, "abs"))
+
+
+def clamp(a: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    require_tensor(a, "clamp")
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    return Clamp.apply(a, min, max)
+
+
+def where(condition: Any, a: Any, b: Any) -> Tensor:
+    """``a`` where ``condition`` is true, else ``b`` (all three broadcast together)."""
+    like = next((x for x in (condition, a, b) if isinstance(x, Tensor)), None)
+    if like is None:
+        raise TypeError("where: expected at least one Tensor argument")
+    condition = as_tensor_like(condition, like, "where")
+    if not isinstance(condition, Tensor) or condition.dtype.kind != "b":
+        raise TypeError(f"where: condition must be a bool tensor, got "
+                        f"{getattr(condition, 'dtype', type(condition).__name__)}")
+    a, b = as_tensor_like(a, like, "where"), as_tensor_like(b, like, "where")
+    check_broadcast("where", shape_of(condition), shape_of(a), shape_of(b))
+    return Where.apply(condition, a, b)
+
+
+def masked_fill(a: Tensor, mask: Any, value: float) -> Tensor:
+    """``a`` with ``value`` wherever the bool ``mask`` (broadcast to ``a``'s shape) is true."""
+    require_tensor(a, "masked_fill")
+    mask = as_tensor_like(mask, a, "masked_fill")
+    if not isinstance(mask, Tensor) or mask.dtype.kind != "b":
+        raise TypeError(f"masked_fill: mask must be a bool tensor, got "
+                        f"{getattr(mask, 'dtype', type(mask).__name__)}")
+    if check_broadcast("masked_fill", a.shape, mask.shape) != a.shape:
+        raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the "
+                         f"input's shape {a.shape}")
+    if isinstance(value, Tensor):
+        value = value.item()
+    return MaskedFill.apply(a, mask, value)
+
+
+# --- comparisons and logic: no gradient ---------------------------------------------------
+def _compare(name: str, ufunc: str):
+    def compare(a: Any, b: Any) -> Tensor:
+        a, b = binary_operands(a, b, name)
+        backend = (a if isinstance(a, Tensor) else b)._backend
+        xp = backend.xp
+        out = getattr(xp, ufunc)(a.data if isinstance(a, Tensor) else a,
+                                 b.data if isinstance(b, Tensor) else b)
+        return Tensor._make(xp.asarray(out), backend, False)
+    compare.__name__ = name
+    compare.__doc__ = f"Elementwise ``{ufunc}`` as a bool tensor (not differentiable)."
+    return compare
+
+
+eq = _compare("eq", "equal")
+ne = _compare("ne", "not_equal")
+lt = _compare("lt", "less")
+le = _compare("le", "less_equal")
+gt = _compare("gt", "greater")
+ge = _compare("ge", "greater_equal")
+logical_and = _compare("logical_and", "logical_and")
+logical_or = _compare("logical_or", "logical_or")
+
+
+def logical_not(a: Tensor) -> Tensor:
+    require_tensor(a, "logical_not")
+    return Tensor._make(a._backend.xp.logical_not(a.data), a._backend, False)

@@ -1,0 +1,115 @@
+"""Cross-entropy of logits against class indices, one fused Function (log-softmax + NLL).
+
+Forward keeps the softmax probabilities; backward is ``(p - onehot) * scale`` written in
+one pass over them. The full log-probability matrix is never materialised.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function
+from ..backend import dtypes
+from ..tensor import Tensor
+from ._util import require_float, require_tensor
+from .softmax import working_copy
+
+
+class CrossEntropy(Function):
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
+        xp = ctx.xp
+        # logits: (M, C) rows of classes; target: (M,) class ids
+        rows = xp.arange(target.shape[0])
+        valid = target != ignore_index
+        safe_target = xp.where(valid, target, 0)
+        z = working_copy(logits)
+        z -= z.max(axis=1, keepdims=True)
+        picked = z[rows, safe_target]  # shifted logit of the target class, (M,)
+        mean_z = z.mean(axis=1) if label_smoothing else None
+        xp.exp(z, out=z)
+        total = z.sum(axis=1)
+        log_total = xp.log(total)
+        nll = log_total - picked
+        if label_smoothing:  # mix in the mean over classes of -log p
+            nll = (1 - label_smoothing) * nll + label_smoothing * (log_total - mean_z)
+        nll = xp.where(valid, nll, 0)
+        z /= total[:, None]  # probabilities, kept for backward
+        count = int(valid.sum())
+        ctx.save_for_backward(z, safe_target, valid)
+        ctx.reduction, ctx.count, ctx.smoothing = reduction, count, label_smoothing
+        ctx.logits_dtype = logits.dtype
+        if reduction == "none":
+            return nll.astype(logits.dtype, copy=False)
+        loss = nll.sum()
+        if reduction == "mean":
+            loss = loss / count if count else loss * xp.nan  # no valid target: nan (PyTorch)
+        return xp.asarray(loss, dtype=logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        probs, target, valid = ctx.saved_tensors
+        rows = xp.arange(target.shape[0])
+        grad_logits = probs.copy()
+        if ctx.smoothing:
+            grad_logits -= ctx.smoothing / probs.shape[1]
+        grad_logits[rows, target] -= 1 - ctx.smoothing
+        if ctx.reduction == "none":
+            scale = grad * valid
+        elif ctx.reduction == "mean":
+            scale = valid * (grad / max(ctx.count, 1))
+        else:
+            scale = valid * grad
+        grad_logits *= scale[:, None] if scale.ndim else scale
+        return grad_logits.astype(ctx.logits_dtype, copy=False), None, None, None, None
+
+
+def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,  # noqa: A002
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy between logits ``input`` (N, C) or (N, C, d1, ...) and class ids
+    ``target`` (N,) or (N, d1, ...), as torch.nn.functional.cross_entropy.
+
+    >>> loss = cross_entropy(logits.view(-1, vocab), targets.view(-1))
+    """
+    require_tensor(input, "cross_entropy")
+    require_tensor(target, "cross_entropy", "target")
+    require_float(input, "cross_entropy")
+    if not dtypes.is_integer(target.dtype):
+        raise TypeError(f"cross_entropy: target must hold integer class ids, got {target.dtype}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got "
+                         f"{reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if input.ndim < 1:
+        raise ValueError("cross_entropy: input must have a class dim")
+    if input.ndim == 1:  # one sample: (C,) with a scalar target
+        expected = ()
+    else:
+        expected = (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != expected:
+        raise ValueError(f"cross_entropy: target has shape {tuple(target.shape)}, expected "
+                         f"{expected} for input of shape {tuple(input.shape)} (classes in dim "
+                         f"{0 if input.ndim == 1 else 1})")
+    classes = input.shape[0] if input.ndim == 1 else input.shape[1]
+    xp = input._backend.xp
+    ids = target.data
+    if ids.size:
+        used = ids[ids != ignore_index]
+        if used.size and (int(used.min()) < 0 or int(used.max()) >= classes):
+            bad = int(used.min()) if int(used.min()) < 0 else int(used.max())
+            raise ValueError(f"cross_entropy: target id {bad} is out of range for {classes} "
+                             f"classes (expected 0 <= id < {classes} or ignore_index "
+                             f"{ignore_index})")
+    # bring classes to the last dim and flatten everything else: (M, C)
+    logits = input
+    if input.ndim == 1:
+        logits = input.unsqueeze(0)
+    elif input.ndim > 2:
+        logits = input.permute((0, *range(2, input.ndim), 1))
+    logits = logits.reshape(-1, classes)
+    loss = CrossEntropy.apply(logits, xp.reshape(ids, (-1,)), ignore_index, reduction,
+                              label_smoothing)
+    if reduction == "none":
+        loss = loss.reshape(expected)
+    return loss

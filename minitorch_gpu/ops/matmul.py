@@ -1,0 +1,68 @@
+"""Matrix products: 1-D, 2-D and batched, with NumPy's broadcasting of batch dims.
+
+Both directions call ``xp.matmul`` (BLAS on the CPU, cuBLAS on the GPU). Transposed
+operands are passed as transposed views: BLAS reads them with a transpose flag, no copy.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function
+from ..tensor import Tensor
+from ._util import as_tensor_like, check_broadcast, unbroadcast
+
+
+class MatMul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        need_a, need_b = ctx.needs_input_grad
+        ctx.save_for_backward(a if need_b else None, b if need_a else None)
+        ctx.a_shape, ctx.b_shape = a.shape, b.shape
+        return ctx.xp.matmul(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        a, b = ctx.saved_tensors
+        a_vec, b_vec = len(ctx.a_shape) == 1, len(ctx.b_shape) == 1
+        # A 1-D a acts as a (1, k) row and a 1-D b as a (k, 1) column; put those dims back.
+        g = grad
+        if a_vec and b_vec:
+            g = grad.reshape(1, 1)
+        elif a_vec:
+            g = xp.expand_dims(grad, -2)  # (..., n) -> (..., 1, n)
+        elif b_vec:
+            g = xp.expand_dims(grad, -1)  # (..., m) -> (..., m, 1)
+        grad_a = grad_b = None
+        if b is not None:  # a needs a gradient
+            b2 = b[:, None] if b_vec else b
+            grad_a = xp.matmul(g, xp.swapaxes(b2, -1, -2))  # (..., m, n) @ (..., n, k)
+            grad_a = unbroadcast(grad_a, (1,) + ctx.a_shape if a_vec else ctx.a_shape)
+            grad_a = grad_a.reshape(ctx.a_shape)
+        if a is not None:  # b needs a gradient
+            a2 = a[None, :] if a_vec else a
+            grad_b = xp.matmul(xp.swapaxes(a2, -1, -2), g)  # (..., k, m) @ (..., m, n)
+            grad_b = unbroadcast(grad_b, ctx.b_shape + (1,) if b_vec else ctx.b_shape)
+            grad_b = grad_b.reshape(ctx.b_shape)
+        return grad_a, grad_b
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """``a @ b``: (n,)@(n,) -> (), (m,k)@(k,n) -> (m,n), (...,m,k)@(...,k,n) -> (...,m,n)."""
+    if not isinstance(a, Tensor):
+        a = as_tensor_like(a, b, "matmul")
+    if not isinstance(b, Tensor):
+        b = as_tensor_like(b, a, "matmul")
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError("matmul: both operands must be tensors (not Python scalars); use * "
+                        "to scale")
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim: {sa} @ {sb}")
+    k_a = sa[-1]
+    k_b = sb[0] if b.ndim == 1 else sb[-2]
+    if k_a != k_b:
+        raise ValueError(f"matmul: inner dimensions differ: {sa} @ {sb}")
+    if a.ndim > 2 or b.ndim > 2:
+        check_broadcast("matmul (batch dims)", sa[:-2], sb[:-2])
+    return MatMul.apply(a, b)

@@ -1,0 +1,66 @@
+"""Layer normalization as one fused Function (llm.c's layernorm_forward/backward).
+
+Forward saves the input, the mean and 1/std per row; backward recomputes the normalized
+input from them, so no extra activation of the input's size is kept.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+from ..autograd import Function
+from ..backend import dtypes
+from ..tensor import Tensor
+from ._util import require_float, require_tensor
+
+
+class LayerNorm(Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, axes, eps):
+        work = x.astype(dtypes.float32) if x.dtype == dtypes.bfloat16 else x
+        mean = work.mean(axis=axes, keepdims=True)
+        centered = work - mean
+        rstd = 1.0 / ctx.xp.sqrt((centered * centered).mean(axis=axes, keepdims=True) + eps)
+        out = centered
+        out *= rstd  # x_hat, in place in the centered buffer
+        if weight is not None:
+            out *= weight
+        if bias is not None:
+            out += bias
+        ctx.save_for_backward(x, mean, rstd, weight)
+        ctx.axes = axes
+        return out.astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, mean, rstd, weight = ctx.saved_tensors
+        axes = ctx.axes
+        batch_axes = tuple(range(x.ndim - len(axes)))
+        x_hat = (x - mean) * rstd
+        need_x, need_w, need_b = ctx.needs_input_grad
+        grad_w = (grad * x_hat).sum(axis=batch_axes) if need_w else None
+        grad_b = grad.sum(axis=batch_axes) if need_b else None
+        grad_x = None
+        if need_x:
+            g_hat = grad * weight if weight is not None else grad  # dL/dx_hat
+            # dL/dx = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))
+            grad_x = g_hat - g_hat.mean(axis=axes, keepdims=True)
+            grad_x -= x_hat * (g_hat * x_hat).mean(axis=axes, keepdims=True)
+            grad_x *= rstd
+        return grad_x, grad_w, grad_b, None, None
+
+
+def layer_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
+               weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-5) -> Tensor:
+    """Normalize over the trailing ``normalized_shape`` dims, then scale and shift."""
+    require_tensor(x, "layer_norm")
+    require_float(x, "layer_norm")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
+        raise ValueError(f"layer_norm: normalized_shape {shape} does not match the trailing "
+                         f"dims of the input's shape {tuple(x.shape)}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != shape:
+            raise ValueError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected {shape}")
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    return LayerNorm.apply(x, weight, bias, axes, eps)

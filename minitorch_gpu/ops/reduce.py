@@ -1,0 +1,185 @@
+"""Reductions over any dims with ``keepdim``: sum, mean, var/std, amax/amin, max/min, arg*.
+
+The backward of a reduction broadcasts the gradient back over the reduced dims: a view
+of the gradient (``broadcast_to``), not a copy.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any, Optional
+
+from ..autograd import Function
+from ..tensor import Tensor, _wrap_dim
+from ._util import expand_reduced, normalize_dims, reduced_count, require_tensor
+from .shape import gather
+
+MinMax = namedtuple("MinMax", ["values", "indices"])  # what max(dim)/min(dim) return
+
+
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, a, axes, keepdim):
+        ctx.in_shape, ctx.axes, ctx.keepdim = a.shape, axes, keepdim
+        return ctx.xp.asarray(a.sum(axis=axes, keepdims=keepdim))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return expand_reduced(grad, ctx.in_shape, ctx.axes, ctx.keepdim, ctx.xp), None, None
+
+
+class Mean(Function):
+    @staticmethod
+    def forward(ctx, a, axes, keepdim):
+        ctx.in_shape, ctx.axes, ctx.keepdim = a.shape, axes, keepdim
+        ctx.count = reduced_count(a.shape, axes)
+        return ctx.xp.asarray(a.mean(axis=axes, keepdims=keepdim))
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad / ctx.count
+        return expand_reduced(grad, ctx.in_shape, ctx.axes, ctx.keepdim, ctx.xp), None, None
+
+
+class Var(Function):
+    """Variance with ``correction`` (1: unbiased, Bessel; 0: population)."""
+
+    @staticmethod
+    def forward(ctx, a, axes, keepdim, correction):
+        xp = ctx.xp
+        centered = a - a.mean(axis=axes, keepdims=True)
+        dof = reduced_count(a.shape, axes) - correction
+        ctx.save_for_backward(centered)
+        ctx.axes, ctx.keepdim, ctx.dof = axes, keepdim, dof
+        out = (centered * centered).sum(axis=axes, keepdims=keepdim) / max(dof, 0)
+        return xp.asarray(out, dtype=a.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (centered,) = ctx.saved_tensors
+        grad = expand_reduced(grad, centered.shape, ctx.axes, ctx.keepdim, ctx.xp)
+        return grad * centered * (2.0 / ctx.dof), None, None, None
+
+
+class Extremum(Function):
+    """amax/amin: ties share the gradient equally (as PyTorch's amax/amin do)."""
+
+    @staticmethod
+    def forward(ctx, a, axes, keepdim, largest):
+        out = a.max(axis=axes, keepdims=True) if largest else a.min(axis=axes, keepdims=True)
+        ctx.save_for_backward(a == out)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        if not keepdim:
+            out = out.reshape([n for i, n in enumerate(out.shape)
+                               if axes is not None and i not in axes])
+        return ctx.xp.asarray(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (hit,) = ctx.saved_tensors
+        grad = expand_reduced(grad, hit.shape, ctx.axes, ctx.keepdim, ctx.xp)
+        ties = hit.sum(axis=ctx.axes, keepdims=True)
+        return grad * hit / ties, None, None, None
+
+
+# --- functional wrappers ------------------------------------------------------------------
+def sum(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    require_tensor(a, "sum")
+    return Sum.apply(a, normalize_dims(dim, a.ndim, "sum"), keepdim)
+
+
+def mean(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    require_tensor(a, "mean")
+    if a.dtype.kind in "iub":
+        raise TypeError(f"mean: expected a floating-point input, got {a.dtype}")
+    return Mean.apply(a, normalize_dims(dim, a.ndim, "mean"), keepdim)
+
+
+def _correction(op: str, unbiased: Optional[bool], correction: Optional[int]) -> int:
+    if unbiased is not None and correction is not None:
+        raise ValueError(f"{op}: give unbiased or correction, not both")
+    if correction is not None:
+        return int(correction)
+    return 0 if unbiased is False else 1
+
+
+def var(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False,
+        *, correction: Optional[int] = None) -> Tensor:
+    require_tensor(a, "var")
+    return Var.apply(a, normalize_dims(dim, a.ndim, "var"), keepdim,
+                     _correction("var", unbiased, correction))
+
+
+def std(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False,
+        *, correction: Optional[int] = None) -> Tensor:
+    return var(a, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def _check_nonempty(a: Tensor, op: str) -> None:
+    if a.data.size == 0:
+        raise ValueError(f"{op}: expected a non-empty tensor, got shape {tuple(a.shape)}")
+
+
+def amax(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    require_tensor(a, "amax")
+    _check_nonempty(a, "amax")
+    return Extremum.apply(a, normalize_dims(dim, a.ndim, "amax"), keepdim, True)
+
+
+def amin(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    require_tensor(a, "amin")
+    _check_nonempty(a, "amin")
+    return Extremum.apply(a, normalize_dims(dim, a.ndim, "amin"), keepdim, False)
+
+
+def _max_min(a: Tensor, dim: Optional[int], keepdim: bool, largest: bool) -> Any:
+    op = "max" if largest else "min"
+    require_tensor(a, op)
+    _check_nonempty(a, op)
+    if dim is None:
+        return Extremum.apply(a, None, False, largest)
+    dim = _wrap_dim(dim, a.ndim, op)
+    indices = (argmax if largest else argmin)(a, dim, keepdim=True)
+    values = gather(a, dim, indices)
+    if not keepdim:
+        values, indices = values.squeeze(dim), indices.squeeze(dim)
+    return MinMax(values, indices)
+
+
+def max(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Any:  # noqa: A001
+    """The largest element; with ``dim``, ``(values, indices)`` along it (as torch.max)."""
+    return _max_min(a, dim, keepdim, True)
+
+
+def min(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Any:  # noqa: A001
+    """The smallest element; with ``dim``, ``(values, indices)`` along it (as torch.min)."""
+    return _max_min(a, dim, keepdim, False)
+
+
+def _arg(a: Tensor, dim: Optional[int], keepdim: bool, op: str) -> Tensor:
+    require_tensor(a, op)
+    _check_nonempty(a, op)
+    xp = a._backend.xp
+    fn = xp.argmax if op == "argmax" else xp.argmin
+    if dim is None:  # an index into the flattened tensor, as PyTorch
+        out = fn(a.data.reshape(-1))
+        if keepdim:
+            out = out.reshape((1,) * a.ndim)
+    else:
+        out = fn(a.data, axis=_wrap_dim(dim, a.ndim, op), keepdims=keepdim)
+    return Tensor._make(xp.asarray(out, dtype=xp.int64), a._backend, False)
+
+
+def argmax(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tensor:
+    return _arg(a, dim, keepdim, "argmax")
+
+
+def argmin(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tensor:
+    return _arg(a, dim, keepdim, "argmin")
+
+
+def any(a: Tensor) -> Tensor:  # noqa: A001
+    return Tensor._make(a._backend.xp.asarray(a.data.any()), a._backend, False)
+
+
+def all(a: Tensor) -> Tensor:  # noqa: A001
+    return Tensor._make(a._backend.xp.asarray(a.data.all()), a._backend, False)

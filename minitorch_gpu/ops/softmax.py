@@ -1,0 +1,75 @@
+"""Softmax and log-softmax along one dim, each a single fused Function.
+
+bf16/fp16 inputs are computed in float32 (exponentials and sums need the range) and the
+result is rounded back to the input's dtype.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function
+from ..backend import dtypes
+from ..tensor import Tensor, _wrap_dim
+from ._util import require_float, require_tensor
+
+_NARROW = (dtypes.bfloat16, dtypes.float16)
+
+
+def working_copy(x: Any) -> Any:
+    """A fresh array of ``x`` in a dtype wide enough for exp/sum (float32 for bf16/fp16)."""
+    return x.astype(dtypes.float32) if x.dtype in _NARROW else x.copy()
+
+
+def softmax_(x: Any, axis: int, xp: Any) -> Any:
+    """Softmax of ``x`` along ``axis``, computed in place in ``x`` (which it returns)."""
+    x -= x.max(axis=axis, keepdims=True)  # exp of <= 0 cannot overflow
+    xp.exp(x, out=x)
+    x /= x.sum(axis=axis, keepdims=True)
+    return x
+
+
+class Softmax(Function):
+    @staticmethod
+    def forward(ctx, a, axis):
+        out = softmax_(working_copy(a), axis, ctx.xp).astype(a.dtype, copy=False)
+        ctx.save_for_backward(out)
+        ctx.axis = axis
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        # d softmax: p * (g - sum(g * p))
+        inner = (grad * out).sum(axis=ctx.axis, keepdims=True)
+        return out * (grad - inner), None
+
+
+class LogSoftmax(Function):
+    @staticmethod
+    def forward(ctx, a, axis):
+        xp = ctx.xp
+        shifted = working_copy(a)
+        shifted -= shifted.max(axis=axis, keepdims=True)
+        shifted -= xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+        out = shifted.astype(a.dtype, copy=False)
+        ctx.save_for_backward(out)
+        ctx.axis = axis
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        # d log_softmax: g - softmax * sum(g)
+        return grad - ctx.xp.exp(out) * grad.sum(axis=ctx.axis, keepdims=True), None
+
+
+def softmax(a: Tensor, dim: int) -> Tensor:
+    require_tensor(a, "softmax")
+    require_float(a, "softmax")
+    return Softmax.apply(a, _wrap_dim(dim, a.ndim, "softmax"))
+
+
+def log_softmax(a: Tensor, dim: int) -> Tensor:
+    require_tensor(a, "log_softmax")
+    require_float(a, "log_softmax")
+    return LogSoftmax.apply(a, _wrap_dim(dim, a.ndim, "log_softmax"))

@@ -1,0 +1,612 @@
+"""Tensor: one array of a backend, plus what autograd needs (grad, requires_grad, grad_fn).
+
+Shapes, strides and views follow PyTorch: ``transpose``/``permute``/``expand``/slicing
+return views of the same memory, ``view`` refuses strides it cannot express, ``reshape``
+copies only when it must. Strides are reported in elements, as ``torch.Tensor.stride()``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from .backend import Backend, Device, cpu, dtypes, get_backend
+
+Shape = tuple
+
+
+class Tensor:
+    """An n-dimensional array on a device, recorded in the autograd graph when it needs grad.
+
+    Make tensors with the factories (``minitorch_gpu.tensor``, ``zeros``, ``randn``, ...)
+    rather than this class. ``data`` is the raw backend array (NumPy or CuPy).
+    """
+
+    __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_backend", "_version",
+                 "_accumulator", "__weakref__")
+
+    def __init__(self, data: Any, requires_grad: bool = False,
+                 device: Union[str, Device, None] = None, dtype: Any = None) -> None:
+        backend = get_backend(device) if device is not None else _backend_for(data)
+        array = backend.asarray(data.data if isinstance(data, Tensor) else data,
+                                dtype=None if dtype is None else dtypes.as_dtype(dtype))
+        self._init(array, backend, False)
+        if requires_grad:
+            self.requires_grad_()
+
+    def _init(self, array: Any, backend: Backend, requires_grad: bool) -> None:
+        self.data = array
+        self.requires_grad = requires_grad
+        self.grad = None
+        self.grad_fn = None
+        self._backend = backend
+        self._version = [0]  # shared by views; bumped by in-place ops
+        self._accumulator = None
+
+    @classmethod
+    def _make(cls, array: Any, backend: Backend, requires_grad: bool) -> "Tensor":
+        """Wrap an array without checks or copies (the fast path used by ops)."""
+        t = object.__new__(cls)
+        t._init(array, backend, requires_grad)
+        return t
+
+    # --- metadata -----------------------------------------------------------------------
+    @property
+    def shape(self) -> Shape:
+        return self.data.shape
+
+    def size(self, dim: Optional[int] = None) -> Union[Shape, int]:
+        return self.data.shape if dim is None else self.data.shape[_wrap_dim(dim, self.ndim, "size")]
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def device(self) -> Device:
+        return self._backend.device
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._backend.device.type == "cuda"
+
+    def element_size(self) -> int:
+        return self.data.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def stride(self, dim: Optional[int] = None) -> Union[Shape, int]:
+        """Strides in elements (NumPy counts bytes; PyTorch counts elements)."""
+        itemsize = self.data.itemsize
+        strides = tuple(s // itemsize for s in self.data.strides)
+        return strides if dim is None else strides[_wrap_dim(dim, self.ndim, "stride")]
+
+    def is_contiguous(self) -> bool:
+        """True when the elements lie in row-major order with no gaps (size-1 dims ignored)."""
+        return bool(self.data.flags.c_contiguous)
+
+    def data_ptr(self) -> int:
+        """Address of the first element; a view of a tensor points into the same memory."""
+        return self._backend.data_ptr(self.data)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    # --- conversions --------------------------------------------------------------------
+    def item(self) -> Union[int, float, bool]:
+        if self.data.size != 1:
+            raise ValueError(f"item: only a one-element tensor converts to a Python number, "
+                             f"got shape {tuple(self.shape)}")
+        return self._backend.to_numpy(self.data).item()
+
+    def tolist(self) -> Any:
+        return self._backend.to_numpy(self.data).tolist()
+
+    def numpy(self) -> np.ndarray:
+        """The data as a NumPy array (shared memory on the CPU, as in PyTorch)."""
+        if self.requires_grad:
+            raise RuntimeError("numpy: can't call numpy() on a tensor that requires grad; "
+                               "use tensor.detach().numpy()")
+        if self.is_cuda:
+            raise TypeError(f"numpy: the tensor is on {self.device}; use tensor.cpu().numpy()")
+        return self.data
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        array = self._backend.to_numpy(self.data)
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def to(self, *args: Any, dtype: Any = None, device: Any = None) -> "Tensor":
+        """``to("cuda")``, ``to(float64)``, ``to("cpu", float32)``; differentiable, no copy if
+        nothing changes."""
+        for arg in args:
+            if isinstance(arg, (str, Device)) and not _is_dtype_name(arg):
+                device = arg
+            else:
+                dtype = arg
+        out = self
+        if device is not None and get_backend(device) is not self._backend:
+            out = _ops.to_device(out, device)
+        if dtype is not None and dtypes.as_dtype(dtype) != out.dtype:
+            out = _ops.to_dtype(out, dtype)
+        return out
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def cuda(self, index: int = 0) -> "Tensor":
+        return self.to(f"cuda:{index}")
+
+    def float(self) -> "Tensor":
+        return self.to(dtypes.float32)
+
+    def double(self) -> "Tensor":
+        return self.to(dtypes.float64)
+
+    def bfloat16(self) -> "Tensor":
+        return self.to(dtypes.bfloat16)
+
+    def half(self) -> "Tensor":
+        return self.to(dtypes.float16)
+
+    def long(self) -> "Tensor":
+        return self.to(dtypes.int64)
+
+    def int(self) -> "Tensor":
+        return self.to(dtypes.int32)
+
+    def bool(self) -> "Tensor":
+        return self.to(dtypes.bool_)
+
+    def detach(self) -> "Tensor":
+        """The same memory, cut out of the graph (shares the version counter)."""
+        out = Tensor._make(self.data, self._backend, False)
+        out._version = self._version
+        return out
+
+    def clone(self) -> "Tensor":
+        return _ops.clone(self)
+
+    def contiguous(self) -> "Tensor":
+        """Self when already contiguous, else a row-major copy."""
+        return self if self.is_contiguous() else _ops.contiguous(self)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if not self.is_leaf:
+            raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad; "
+                               "use detach() to make a new leaf")
+        if requires_grad and not dtypes.is_floating(self.dtype):
+            raise RuntimeError(f"requires_grad_: only floating-point tensors can require "
+                               f"grad, got {self.dtype}")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` on this non-leaf tensor after backward (leaves always keep it)."""
+        if self.grad_fn is not None:
+            import weakref
+            self.grad_fn.retained = weakref.ref(self)
+        elif not self.requires_grad:
+            raise RuntimeError("retain_grad: the tensor does not require grad")
+
+    # --- autograd -----------------------------------------------------------------------
+    def backward(self, gradient: Any = None, retain_graph: bool = False) -> None:
+        """Accumulate gradients of this tensor into every leaf that requires grad."""
+        autograd.backward(self, gradient, retain_graph)
+
+    # --- printing -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        body = np.array2string(np.asarray(self._backend.to_numpy(self.data)), separator=", ",
+                               prefix="tensor(", threshold=200)
+        extras = []
+        if self.device.type != "cpu":
+            extras.append(f"device='{self.device}'")
+        if self.dtype not in (dtypes.float32, dtypes.int64, dtypes.bool_):
+            extras.append(f"dtype={self.dtype}")
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn={self.grad_fn!r}")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + ", ".join([body, *extras]) + ")"
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.data.size} elements "
+                               "is ambiguous; use .any() or .all()")
+        return bool(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __index__(self) -> int:
+        if dtypes.is_integer(self.dtype) and self.data.size == 1:
+            return int(self.item())
+        raise TypeError("only integer tensors of one element can be used as an index")
+
+    __hash__ = object.__hash__
+
+    def __iter__(self) -> Iterator["Tensor"]:
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.data.shape[0]))
+
+    # --- arithmetic ---------------------------------------------------------------------
+    def __add__(self, other: Any) -> "Tensor":
+        return _ops.add(self, other)
+
+    def __radd__(self, other: Any) -> "Tensor":
+        return _ops.add(other, self)
+
+    def __sub__(self, other: Any) -> "Tensor":
+        return _ops.sub(self, other)
+
+    def __rsub__(self, other: Any) -> "Tensor":
+        return _ops.sub(other, self)
+
+    def __mul__(self, other: Any) -> "Tensor":
+        return _ops.mul(self, other)
+
+    def __rmul__(self, other: Any) -> "Tensor":
+        return _ops.mul(other, self)
+
+    def __truediv__(self, other: Any) -> "Tensor":
+        return _ops.div(self, other)
+
+    def __rtruediv__(self, other: Any) -> "Tensor":
+        return _ops.div(other, self)
+
+    def __pow__(self, other: Any) -> "Tensor":
+        return _ops.pow(self, other)
+
+    def __rpow__(self, other: Any) -> "Tensor":
+        return _ops.pow(other, self)
+
+    def __matmul__(self, other: Any) -> "Tensor":
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> "Tensor":
+        return _ops.matmul(other, self)
+
+    def __neg__(self) -> "Tensor":
+        return _ops.neg(self)
+
+    def __abs__(self) -> "Tensor":
+        return _ops.abs(self)
+
+    def __eq__(self, other: Any) -> "Tensor":  # type: ignore[override]
+        return _ops.eq(self, other)
+
+    def __ne__(self, other: Any) -> "Tensor":  # type: ignore[override]
+        return _ops.ne(self, other)
+
+    def __lt__(self, other: Any) -> "Tensor":
+        return _ops.lt(self, other)
+
+    def __le__(self, other: Any) -> "Tensor":
+        return _ops.le(self, other)
+
+    def __gt__(self, other: Any) -> "Tensor":
+        return _ops.gt(self, other)
+
+    def __ge__(self, other: Any) -> "Tensor":
+        return _ops.ge(self, other)
+
+    def __and__(self, other: Any) -> "Tensor":
+        return _ops.logical_and(self, other)
+
+    def __or__(self, other: Any) -> "Tensor":
+        return _ops.logical_or(self, other)
+
+    def __invert__(self) -> "Tensor":
+        return _ops.logical_not(self)
+
+    # --- in-place updates (refused on tensors that require grad while grad is on) --------
+    def __iadd__(self, other: Any) -> "Tensor":
+        return self.add_(other)
+
+    def __isub__(self, other: Any) -> "Tensor":
+        return self.sub_(other)
+
+    def __imul__(self, other: Any) -> "Tensor":
+        return self.mul_(other)
+
+    def __itruediv__(self, other: Any) -> "Tensor":
+        return self.div_(other)
+
+    def add_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        value = _inplace_operand(self, other, "add_")
+        if alpha != 1:
+            value = value * alpha
+        self.data += value
+        return self._bump()
+
+    def sub_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        value = _inplace_operand(self, other, "sub_")
+        if alpha != 1:
+            value = value * alpha
+        self.data -= value
+        return self._bump()
+
+    def mul_(self, other: Any) -> "Tensor":
+        self.data *= _inplace_operand(self, other, "mul_")
+        return self._bump()
+
+    def div_(self, other: Any) -> "Tensor":
+        self.data /= _inplace_operand(self, other, "div_")
+        return self._bump()
+
+    def copy_(self, src: Any) -> "Tensor":
+        value = _inplace_operand(self, src, "copy_")
+        self.data[...] = value
+        return self._bump()
+
+    def fill_(self, value: Any) -> "Tensor":
+        _inplace_operand(self, value, "fill_")
+        self.data.fill(value)
+        return self._bump()
+
+    def zero_(self) -> "Tensor":
+        return self.fill_(0)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":
+        _inplace_operand(self, 0, "clamp_")
+        self._backend.xp.clip(self.data, min, max, out=self.data)
+        return self._bump()
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0) -> "Tensor":
+        """Fill with samples of N(mean, std^2) from the backend's seeded generator."""
+        _inplace_operand(self, 0, "normal_")
+        self.data[...] = self._backend.randn(self.shape, self.dtype) * std + mean
+        return self._bump()
+
+    def uniform_(self, low: float = 0.0, high: float = 1.0) -> "Tensor":
+        """Fill with samples of U(low, high) from the backend's seeded generator."""
+        _inplace_operand(self, 0, "uniform_")
+        self.data[...] = self._backend.rand(self.shape, self.dtype) * (high - low) + low
+        return self._bump()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        value = _inplace_operand(self, value, "setitem")
+        self.data[_ops.index_key(key, self)] = value
+        self._bump()
+
+    def _bump(self) -> "Tensor":
+        self._version[0] += 1
+        return self
+
+    # --- elementwise and reductions, as methods ----------------------------------------
+    def exp(self) -> "Tensor":
+        return _ops.exp(self)
+
+    def log(self) -> "Tensor":
+        return _ops.log(self)
+
+    def sqrt(self) -> "Tensor":
+        return _ops.sqrt(self)
+
+    def tanh(self) -> "Tensor":
+        return _ops.tanh(self)
+
+    def sigmoid(self) -> "Tensor":
+        return _ops.sigmoid(self)
+
+    def relu(self) -> "Tensor":
+        return _ops.relu(self)
+
+    def abs(self) -> "Tensor":
+        return _ops.abs(self)
+
+    def pow(self, exponent: Any) -> "Tensor":
+        return _ops.pow(self, exponent)
+
+    def clamp(self, min: Any = None, max: Any = None) -> "Tensor":
+        return _ops.clamp(self, min, max)
+
+    clip = clamp
+
+    def maximum(self, other: Any) -> "Tensor":
+        return _ops.maximum(self, other)
+
+    def minimum(self, other: Any) -> "Tensor":
+        return _ops.minimum(self, other)
+
+    def masked_fill(self, mask: Any, value: float) -> "Tensor":
+        return _ops.masked_fill(self, mask, value)
+
+    def sum(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
+        return _ops.sum(self, dim, keepdim)
+
+    def mean(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
+        return _ops.mean(self, dim, keepdim)
+
+    def var(self, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False,
+            *, correction: Optional[int] = None) -> "Tensor":
+        return _ops.var(self, dim, unbiased=unbiased, keepdim=keepdim, correction=correction)
+
+    def std(self, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False,
+            *, correction: Optional[int] = None) -> "Tensor":
+        return _ops.std(self, dim, unbiased=unbiased, keepdim=keepdim, correction=correction)
+
+    def amax(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
+        return _ops.amax(self, dim, keepdim)
+
+    def amin(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
+        return _ops.amin(self, dim, keepdim)
+
+    def max(self, dim: Optional[int] = None, keepdim: bool = False) -> Any:
+        return _ops.max(self, dim, keepdim)
+
+    def min(self, dim: Optional[int] = None, keepdim: bool = False) -> Any:
+        return _ops.min(self, dim, keepdim)
+
+    def argmax(self, dim: Optional[int] = None, keepdim: bool = False) -> "Tensor":
+        return _ops.argmax(self, dim, keepdim)
+
+    def argmin(self, dim: Optional[int] = None, keepdim: bool = False) -> "Tensor":
+        return _ops.argmin(self, dim, keepdim)
+
+    def any(self) -> "Tensor":
+        return _ops.any(self)
+
+    def all(self) -> "Tensor":
+        return _ops.all(self)
+
+    def softmax(self, dim: int) -> "Tensor":
+        return _ops.softmax(self, dim)
+
+    def log_softmax(self, dim: int) -> "Tensor":
+        return _ops.log_softmax(self, dim)
+
+    def matmul(self, other: Any) -> "Tensor":
+        return _ops.matmul(self, other)
+
+    # --- shape and views ----------------------------------------------------------------
+    def view(self, *shape: Any) -> "Tensor":
+        return _ops.view(self, _shape_args(shape))
+
+    def view_as(self, other: "Tensor") -> "Tensor":
+        return _ops.view(self, other.shape)
+
+    def reshape(self, *shape: Any) -> "Tensor":
+        return _ops.reshape(self, _shape_args(shape))
+
+    def reshape_as(self, other: "Tensor") -> "Tensor":
+        return _ops.reshape(self, other.shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        return _ops.flatten(self, start_dim, end_dim)
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        return _ops.transpose(self, dim0, dim1)
+
+    def t(self) -> "Tensor":
+        if self.ndim > 2:
+            raise ValueError(f"t: expected a tensor of at most 2 dims, got {self.ndim}; "
+                             "use transpose(dim0, dim1) or mT")
+        return self if self.ndim < 2 else _ops.transpose(self, 0, 1)
+
+    @property
+    def T(self) -> "Tensor":
+        """All dims reversed (a view)."""
+        return _ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> "Tensor":
+        """The last two dims swapped (a view): the batched matrix transpose."""
+        if self.ndim < 2:
+            raise ValueError(f"mT: expected at least 2 dims, got shape {tuple(self.shape)}")
+        return _ops.transpose(self, -2, -1)
+
+    def permute(self, *dims: Any) -> "Tensor":
+        return _ops.permute(self, _shape_args(dims))
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        return _ops.unsqueeze(self, dim)
+
+    def squeeze(self, dim: Any = None) -> "Tensor":
+        return _ops.squeeze(self, dim)
+
+    def expand(self, *shape: Any) -> "Tensor":
+        return _ops.expand(self, _shape_args(shape))
+
+    def expand_as(self, other: "Tensor") -> "Tensor":
+        return _ops.expand(self, other.shape)
+
+    def narrow(self, dim: int, start: int, length: int) -> "Tensor":
+        return _ops.narrow(self, dim, start, length)
+
+    def split(self, split_size: Any, dim: int = 0) -> tuple:
+        return _ops.split(self, split_size, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple:
+        return _ops.chunk(self, chunks, dim)
+
+    def __getitem__(self, key: Any) -> "Tensor":
+        return _ops.getitem(self, key)
+
+    def gather(self, dim: int, index: "Tensor") -> "Tensor":
+        return _ops.gather(self, dim, index)
+
+
+# --- helpers ------------------------------------------------------------------------------
+def _backend_for(data: Any) -> Backend:
+    if isinstance(data, Tensor):
+        return data._backend
+    if hasattr(data, "__cuda_array_interface__"):
+        return get_backend(Device("cuda", data.device.id))
+    return cpu
+
+
+def _is_dtype_name(arg: Any) -> bool:
+    if not isinstance(arg, str):
+        return False
+    try:
+        dtypes.as_dtype(arg)
+    except ValueError:
+        return False
+    return True
+
+
+def _wrap_dim(dim: int, ndim: int, op: str) -> int:
+    """``dim`` in [0, ndim), counting negatives from the end; clear error when out of range."""
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
+    bound = max(ndim, 1)
+    if not -bound <= dim < bound:
+        raise IndexError(f"{op}: dim {dim} is out of range for a tensor of {ndim} dims "
+                         f"(expected -{bound} <= dim < {bound})")
+    return dim + bound if dim < 0 else dim
+
+
+def _shape_args(args: Sequence[Any]) -> tuple:
+    """``view(2, 3)`` and ``view((2, 3))`` both mean the shape (2, 3)."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = args[0]
+    return tuple(int(a) for a in args)
+
+
+def _inplace_operand(target: Tensor, value: Any, op: str) -> Any:
+    """Check an in-place update is allowed, and return ``value`` as something xp accepts."""
+    if autograd.is_grad_enabled():
+        if target.requires_grad:
+            what = "a leaf tensor" if target.is_leaf else "a tensor"
+            raise RuntimeError(
+                f"{op}: in-place update of {what} that requires grad; do it under "
+                "no_grad() (e.g. an optimizer step) or use the out-of-place op")
+        if isinstance(value, Tensor) and value.requires_grad:
+            raise RuntimeError(f"{op}: the value requires grad but in-place updates are not "
+                               "recorded by autograd; use the out-of-place op")
+    if isinstance(value, Tensor):
+        if value._backend is not target._backend:
+            raise RuntimeError(f"{op}: the value is on {value.device}, the tensor on "
+                               f"{target.device}")
+        return value.data
+    return value
+
+
+from . import autograd  # noqa: E402  (autograd builds on Tensor)
+from . import ops as _ops  # noqa: E402  (the ops build on Tensor and autograd)
