@@ -136,7 +136,7 @@ class Function:
         ctx.backend = backend
         ctx.xp = backend.xp
         ctx.needs_input_grad = tuple(needs)
-        ctx.saved_tensors = ()
+        ctx._saved = ()
         out = cls.forward(ctx, *arrays, **kwargs)
         record = record and _GradMode.enabled
         result = Tensor._make(out, backend, record)
@@ -149,7 +149,7 @@ class Function:
         ctx.shape = out.shape
         ctx.dtype = out.dtype
         ctx.retained = None
-        saved = ctx.saved_tensors
+        saved = ctx._saved
         if saved:  # remember versions of saved inputs/outputs to catch in-place edits
             ctx.versions = [(t._version, t._version[0]) for t in (*args, result)
                             if isinstance(t, Tensor) and any(t.data is s for s in saved)]
@@ -160,10 +160,20 @@ class Function:
 
     def save_for_backward(self, *arrays: Any) -> None:
         """Keep arrays for backward; they are released after the node's backward runs."""
-        self.saved_tensors = arrays
+        self._saved = arrays
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """What forward saved (arrays, or None for what it chose not to keep)."""
+        if self._saved is _FREED:
+            raise RuntimeError(
+                f"backward: trying to backward through the graph a second time ({self.name()} "
+                "already freed its saved arrays); call backward(retain_graph=True) the "
+                "first time if you need to")
+        return self._saved
 
     def release(self) -> None:
-        self.saved_tensors = _FREED
+        self._saved = _FREED
 
     def name(self) -> str:
         return f"{type(self).__name__}Backward"
@@ -257,12 +267,7 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
         if type(node) is AccumulateGrad:
             _accumulate_into_leaf(node.variable(), grad, handed_out)
             continue
-        saved = node.saved_tensors
-        if saved is _FREED:
-            raise RuntimeError(
-                f"backward: trying to backward through the graph a second time ({node.name()} "
-                "already freed its saved arrays); call backward(retain_graph=True) the "
-                "first time if you need to")
+        node.saved_tensors  # raises if a previous backward freed this part of the graph
         for box, version in node.versions:
             if box[0] != version:
                 raise RuntimeError(

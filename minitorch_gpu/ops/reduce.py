@@ -5,6 +5,7 @@ of the gradient (``broadcast_to``), not a copy.
 """
 from __future__ import annotations
 
+import builtins
 from collections import namedtuple
 from typing import Any, Optional
 
@@ -50,7 +51,7 @@ class Var(Function):
         dof = reduced_count(a.shape, axes) - correction
         ctx.save_for_backward(centered)
         ctx.axes, ctx.keepdim, ctx.dof = axes, keepdim, dof
-        out = (centered * centered).sum(axis=axes, keepdims=keepdim) / max(dof, 0)
+        out = (centered * centered).sum(axis=axes, keepdims=keepdim) / builtins.max(dof, 0)
         return xp.asarray(out, dtype=a.dtype)
 
     @staticmethod
