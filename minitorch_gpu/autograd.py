@@ -67,6 +67,19 @@ class enable_grad(_GradModeContext):
     mode = True
 
 
+_NO_GRAD_NEEDED = [(False,) * n for n in range(8)]
+
+
+def unbroadcast(grad: Any, shape: tuple) -> Any:
+    """Sum ``grad`` back to ``shape``: the backward of broadcasting (an implicit expand)."""
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    return grad.sum(axis=axes).reshape(shape)
+
+
 # --- Function -----------------------------------------------------------------------------
 _FREED = object()
 
@@ -90,10 +103,18 @@ class Function:
     write into ``grad`` (it may be shared with other nodes); returned gradients may have
     the broadcast shape only if the op reduces them itself: the engine checks every shape.
     Ops whose output is a view of input 0 set ``returns_view = True`` so in-place updates
-    of either are seen by the other's version counter.
+    of either are seen by the other's version counter. Ops whose inputs broadcast against
+    each other (add, mul, where, ...) set ``broadcasts = True`` and may return gradients of
+    the broadcast shape: the engine sums them back to each input's shape (``unbroadcast``),
+    the backward of an implicit expand.
     """
 
     returns_view = False
+    broadcasts = False
+
+    _saved: tuple = ()  # what save_for_backward kept; _FREED after backward used it
+    versions: Any = ()  # (version box, version) of each saved input, checked in backward
+    retained: Any = None  # weak reference to the output when retain_grad() was called
 
     # set by apply on the node; documented here for readers
     needs_input_grad: tuple
@@ -112,10 +133,7 @@ class Function:
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Tensor:
         """Run forward on the arrays of ``args`` and, when grad is on, record a node."""
-        ctx = cls()
         backend = None
-        arrays = []
-        needs = []
         record = False
         for arg in args:
             if isinstance(arg, Tensor):
@@ -125,36 +143,35 @@ class Function:
                     raise RuntimeError(
                         f"{cls.__name__.lower()}: expected all tensors on one device, got "
                         f"{backend.device} and {arg._backend.device}")
-                arrays.append(arg.data)
-                needs.append(arg.requires_grad)
-                record = record or arg.requires_grad
-            else:
-                arrays.append(arg)
-                needs.append(False)
+                if arg.requires_grad:
+                    record = True
         if backend is None:
             raise TypeError(f"{cls.__name__.lower()}: expected at least one Tensor argument")
+        record = record and _GradMode.enabled
+        ctx = cls()
         ctx.backend = backend
         ctx.xp = backend.xp
-        ctx.needs_input_grad = tuple(needs)
-        ctx._saved = ()
-        out = cls.forward(ctx, *arrays, **kwargs)
-        record = record and _GradMode.enabled
+        if record:
+            ctx.needs_input_grad = tuple(
+                isinstance(arg, Tensor) and arg.requires_grad for arg in args)
+        else:
+            ctx.needs_input_grad = _NO_GRAD_NEEDED[len(args)] if len(args) < 8 \
+                else (False,) * len(args)
+        out = cls.forward(ctx, *[arg.data if isinstance(arg, Tensor) else arg for arg in args],
+                          **kwargs)
         result = Tensor._make(out, backend, record)
         if cls.returns_view:
             result._version = args[0]._version
         if not record:
             return result
-        ctx.next_nodes = tuple(
-            _node_of(arg) if need else None for arg, need in zip(args, needs))
+        ctx.next_nodes = tuple(_node_of(arg) if need else None
+                               for arg, need in zip(args, ctx.needs_input_grad))
         ctx.shape = out.shape
         ctx.dtype = out.dtype
-        ctx.retained = None
-        saved = ctx._saved
-        if saved:  # remember versions of saved inputs/outputs to catch in-place edits
+        if ctx._saved:  # remember versions of saved inputs/outputs to catch in-place edits
+            saved_ids = {id(array) for array in ctx._saved}
             ctx.versions = [(t._version, t._version[0]) for t in (*args, result)
-                            if isinstance(t, Tensor) and any(t.data is s for s in saved)]
-        else:
-            ctx.versions = ()
+                            if isinstance(t, Tensor) and id(t.data) in saved_ids]
         result.grad_fn = ctx
         return result
 
@@ -287,6 +304,8 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
         for child, g in zip(node.next_nodes, input_grads):
             if child is None or g is None:
                 continue
+            if g.shape != child.shape and node.broadcasts and g.ndim >= len(child.shape):
+                g = unbroadcast(g, child.shape)
             if g.shape != child.shape:
                 raise RuntimeError(
                     f"{node.name()} returned a gradient of shape {tuple(g.shape)} for an "

@@ -5,6 +5,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..autograd import unbroadcast  # noqa: F401  (re-exported for the ops)
 from ..tensor import Tensor, _wrap_dim
 
 SCALAR_TYPES = (int, float, bool, np.number, np.bool_)
@@ -34,7 +35,9 @@ def binary_operands(a: Any, b: Any, op: str) -> tuple:
         a = as_tensor_like(a, b, op)
     elif not isinstance(b, Tensor):
         b = as_tensor_like(b, a, op)
-    check_broadcast(op, shape_of(a), shape_of(b))
+    shape_a, shape_b = shape_of(a), shape_of(b)
+    if shape_a != shape_b and shape_a and shape_b:  # equal shapes and scalars always broadcast
+        check_broadcast(op, shape_a, shape_b)
     return a, b
 
 
@@ -48,16 +51,6 @@ def check_broadcast(op: str, *shapes: tuple) -> tuple:
     except ValueError:
         listed = " and ".join(str(s) for s in shapes)
         raise ValueError(f"{op}: shapes cannot broadcast: {listed}") from None
-
-
-def unbroadcast(grad: Any, shape: tuple) -> Any:
-    """Sum ``grad`` back to ``shape``: the backward of broadcasting (an implicit expand)."""
-    if grad.shape == shape:
-        return grad
-    lead = grad.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
-    return grad.sum(axis=axes).reshape(shape)
 
 
 def normalize_dims(dim: Any, ndim: int, op: str) -> Optional[tuple]:

@@ -1,7 +1,7 @@
 """Elementwise ops: arithmetic, math functions, activations, selection, comparisons.
 
-Binary ops broadcast like NumPy; their backward sums each gradient back to its input's
-shape (``unbroadcast``). Python scalars pass straight through to the array module.
+Binary ops broadcast like NumPy and declare ``broadcasts = True``: their backward returns
+gradients of the broadcast shape and the engine sums each back to its input's shape. Python scalars pass straight through to the array module.
 """
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..tensor import Tensor
-from ._util import (as_tensor_like, binary_operands, check_broadcast, require_tensor,
-                    shape_of, unbroadcast)
+from ._util import as_tensor_like, binary_operands, check_broadcast, require_tensor, shape_of
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
@@ -20,65 +19,60 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 # --- arithmetic ---------------------------------------------------------------------------
 class Add(Function):
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, a, b):
-        ctx.shapes = shape_of(a), shape_of(b)
         return ctx.xp.add(a, b)
 
     @staticmethod
     def backward(ctx, grad):
-        a_shape, b_shape = ctx.shapes
-        need_a, need_b = ctx.needs_input_grad
-        return (unbroadcast(grad, a_shape) if need_a else None,
-                unbroadcast(grad, b_shape) if need_b else None)
+        return grad, grad
 
 
 class Sub(Function):
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, a, b):
-        ctx.shapes = shape_of(a), shape_of(b)
         return ctx.xp.subtract(a, b)
 
     @staticmethod
     def backward(ctx, grad):
-        a_shape, b_shape = ctx.shapes
-        need_a, need_b = ctx.needs_input_grad
-        return (unbroadcast(grad, a_shape) if need_a else None,
-                unbroadcast(-grad, b_shape) if need_b else None)
+        return grad, (-grad if ctx.needs_input_grad[1] else None)
 
 
 class Mul(Function):
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, a, b):
         need_a, need_b = ctx.needs_input_grad
         # each gradient needs only the other operand
         ctx.save_for_backward(b if need_a else None, a if need_b else None)
-        ctx.shapes = shape_of(a), shape_of(b)
         return ctx.xp.multiply(a, b)
 
     @staticmethod
     def backward(ctx, grad):
         b, a = ctx.saved_tensors
-        a_shape, b_shape = ctx.shapes
-        return (unbroadcast(grad * b, a_shape) if b is not None else None,
-                unbroadcast(grad * a, b_shape) if a is not None else None)
+        return (grad * b if b is not None else None,
+                grad * a if a is not None else None)
 
 
 class Div(Function):
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, a, b):
         out = ctx.xp.divide(a, b)
         ctx.save_for_backward(b, out if ctx.needs_input_grad[1] else None)
-        ctx.shapes = shape_of(a), shape_of(b)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         b, out = ctx.saved_tensors
-        a_shape, b_shape = ctx.shapes
         grad_a = grad / b
-        return (unbroadcast(grad_a, a_shape) if ctx.needs_input_grad[0] else None,
-                unbroadcast(-grad_a * out, b_shape) if out is not None else None)  # -g a / b^2
+        return grad_a, (-grad_a * out if out is not None else None)  # d/db a/b = -a/b^2
 
 
 class Neg(Function):
@@ -94,26 +88,24 @@ class Neg(Function):
 class Pow(Function):
     """``a ** b`` for tensor or scalar base and exponent."""
 
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, a, b):
-        xp = ctx.xp
-        out = xp.power(a, b)
+        out = ctx.xp.power(a, b)
         ctx.save_for_backward(a, b, out)
-        ctx.shapes = shape_of(a), shape_of(b)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
         a, b, out = ctx.saved_tensors
-        a_shape, b_shape = ctx.shapes
         need_a, need_b = ctx.needs_input_grad
         grad_a = grad_b = None
         if need_a:  # d/da a^b = b a^(b-1)
-            grad_a = unbroadcast(grad * b * xp.power(a, b - 1), a_shape)
+            grad_a = grad * b * xp.power(a, b - 1)
         if need_b:  # d/db a^b = a^b log a  (taken as 0 where a == 0, as PyTorch does)
-            log_a = xp.log(xp.where(a == 0, 1, a))
-            grad_b = unbroadcast(grad * out * log_a, b_shape)
+            grad_b = grad * out * xp.log(xp.where(a == 0, 1, a))
         return grad_a, grad_b
 
 
@@ -262,54 +254,56 @@ class Clamp(Function):
 class Maximum(Function):
     """Elementwise max; where both are equal each gets half the gradient (as PyTorch)."""
 
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        ctx.shapes = shape_of(a), shape_of(b)
         return ctx.xp.maximum(a, b)
 
     @staticmethod
     def backward(ctx, grad):
-        return _select_backward(ctx, grad, lambda a, b: a > b)
+        a, b = ctx.saved_tensors
+        return _share_gradient(grad, a > b, a == b)
 
 
 class Minimum(Function):
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        ctx.shapes = shape_of(a), shape_of(b)
         return ctx.xp.minimum(a, b)
 
     @staticmethod
     def backward(ctx, grad):
-        return _select_backward(ctx, grad, lambda a, b: a < b)
+        a, b = ctx.saved_tensors
+        return _share_gradient(grad, a < b, a == b)
 
 
-def _select_backward(ctx, grad, a_wins):
-    a, b = ctx.saved_tensors
-    a_shape, b_shape = ctx.shapes
-    share_a = a_wins(a, b) + 0.5 * (a == b)  # 1 where a won, 1/2 on ties, 0 where b won
-    grad_a = grad * share_a
-    return (unbroadcast(grad_a, a_shape) if ctx.needs_input_grad[0] else None,
-            unbroadcast(grad - grad_a, b_shape) if ctx.needs_input_grad[1] else None)
+def _share_gradient(grad, a_wins, tie):
+    """a gets the gradient where it won and half of it on ties; b gets the rest."""
+    grad_a = grad * (a_wins + 0.5 * tie)
+    return grad_a, grad - grad_a
 
 
 class Where(Function):
+    broadcasts = True
+
     @staticmethod
     def forward(ctx, condition, a, b):
         ctx.save_for_backward(condition)
-        ctx.shapes = shape_of(a), shape_of(b)
         return ctx.xp.where(condition, a, b)
 
     @staticmethod
     def backward(ctx, grad):
+        xp = ctx.xp
         (condition,) = ctx.saved_tensors
-        a_shape, b_shape = ctx.shapes
-        zero = ctx.xp.zeros((), dtype=grad.dtype)
+        zero = xp.zeros((), dtype=grad.dtype)
         _, need_a, need_b = ctx.needs_input_grad
         return (None,
-                unbroadcast(ctx.xp.where(condition, grad, zero), a_shape) if need_a else None,
-                unbroadcast(ctx.xp.where(condition, zero, grad), b_shape) if need_b else None)
+                xp.where(condition, grad, zero) if need_a else None,
+                xp.where(condition, zero, grad) if need_b else None)
 
 
 class MaskedFill(Function):
