@@ -1,0 +1,531 @@
+"""The op table: every differentiable op of minitorch_gpu, each row with a NumPy float64
+reference and the inputs to check it on.
+
+``tests/test_ops.py`` runs every row forward against its reference and backward against
+central differences, on each backend and memory layout. Adding an op means adding rows
+here; the harness needs no change.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+import minitorch_gpu as mt
+import minitorch_gpu.functional as F
+
+LAYOUTS = ("contiguous", "transposed", "sliced")
+
+
+# --- input specs --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Float:
+    """A random float input, drawn inside the op's domain.
+
+    ``dist`` is one of
+      "normal":   N(0, 1);
+      "positive": U(0.5, 2), for log, sqrt and the base of pow;
+      "nonzero":  +-U(0.5, 2), for divisors;
+      "distinct": a shuffled grid 0.1 apart (plus jitter of +-0.01) shifted by ``offset``,
+                  for ops with kinks or ties (abs, relu, clamp, max, ...): every value
+                  stays at least 0.03 from its neighbours and from the kinks the rows
+                  choose, far beyond gradcheck's step of 1e-6, and argmax is unique.
+    """
+
+    shape: tuple
+    dist: str = "normal"
+    offset: float = 0.0  # shifts the "distinct" grid, so two such inputs never tie
+    grad: bool = True  # whether the input requires grad (and is gradchecked)
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        n = int(np.prod(self.shape, dtype=np.int64))
+        if self.dist == "normal":
+            values = rng.standard_normal(n)
+        elif self.dist == "positive":
+            values = rng.uniform(0.5, 2.0, n)
+        elif self.dist == "nonzero":
+            values = rng.choice([-1.0, 1.0], n) * rng.uniform(0.5, 2.0, n)
+        elif self.dist == "distinct":
+            values = (rng.permutation(n) - n // 2) * 0.1 + self.offset + rng.uniform(-0.01, 0.01, n)
+        else:
+            raise ValueError(f"Float: unknown dist {self.dist!r}")
+        return values.reshape(self.shape)
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A fixed input (integer indices, bool masks, an additive float mask): sent to the
+    device as given, never made non-contiguous, never requires grad."""
+
+    value: Any
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        return np.asarray(self.value)
+
+
+@dataclass(frozen=True, eq=False)
+class OpCase:
+    """One row: an op applied to some inputs, and what its output must be."""
+
+    name: str  # unique; test ids are "<name>-<layout>-<backend>"
+    fn: Callable[..., Any]  # applies the op to Tensors, one per input; may return a tuple
+    ref: Optional[Callable[..., Any]]  # the op on NumPy float64 host arrays (None: see check)
+    inputs: tuple  # Float/Const specs, passed positionally to fn and ref
+    check: Optional[Callable[..., None]] = None  # random ops: asserts on (out, *inputs)
+    noncontiguous: bool = True  # also run with transposed and sliced leaves
+    float32: bool = False  # in the float32 smoke subset
+    rtol: float = 1e-10
+    atol: float = 1e-12  # for outputs that cancel to ~0, where rtol means nothing
+
+    @property
+    def differentiable(self) -> bool:
+        return any(isinstance(s, Float) and s.grad for s in self.inputs)
+
+    @property
+    def layouts(self) -> tuple:
+        """The layouts that change something: transposing needs two dims longer than 1 in
+        some input (else the transposed leaf is still row-major), slicing one element."""
+        floats = [s.shape for s in self.inputs if isinstance(s, Float)]
+        layouts = ["contiguous"]
+        if self.noncontiguous:
+            if any(sum(n > 1 for n in shape) >= 2 for shape in floats):
+                layouts.append("transposed")
+            if any(np.prod(shape, dtype=np.int64) > 1 for shape in floats):
+                layouts.append("sliced")
+        return tuple(layouts)
+
+
+CASES: list = []
+
+
+def case(name: str, fn: Callable, ref: Optional[Callable], *inputs: Any, **options: Any) -> None:
+    CASES.append(OpCase(name, fn, ref, tuple(inputs), **options))
+
+
+# --- NumPy references ---------------------------------------------------------------------
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu_ref(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def softmax_ref(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def log_softmax_ref(x: np.ndarray, axis: int) -> np.ndarray:
+    z = x - x.max(axis=axis, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+def cross_entropy_ref(logits: np.ndarray, target: np.ndarray, ignore_index: int = -100,
+                      reduction: str = "mean", label_smoothing: float = 0.0) -> np.ndarray:
+    """torch.nn.functional.cross_entropy with class ids; classes in dim 1 ((C,) for one)."""
+    if logits.ndim == 1:
+        logits, target = logits[None], target[None]
+    logp = log_softmax_ref(logits, axis=1)  # (N, C, d...)
+    valid = target != ignore_index
+    picked = np.take_along_axis(logp, np.where(valid, target, 0)[:, None], axis=1)[:, 0]
+    loss = -(1 - label_smoothing) * picked - label_smoothing * logp.mean(axis=1)
+    loss = np.where(valid, loss, 0.0)  # (N, d...)
+    if reduction == "none":
+        return loss.reshape(target.shape if logits.ndim > 1 else ())
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / valid.sum()
+
+
+def layer_norm_ref(x: np.ndarray, ndims: int, weight: Optional[np.ndarray] = None,
+                   bias: Optional[np.ndarray] = None, eps: float = 1e-5) -> np.ndarray:
+    axes = tuple(range(x.ndim - ndims, x.ndim))
+    out = (x - x.mean(axis=axes, keepdims=True)) / np.sqrt(x.var(axis=axes, keepdims=True) + eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Optional[np.ndarray] = None,
+                  causal: bool = False, scale: Optional[float] = None) -> np.ndarray:
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ np.swapaxes(k, -1, -2) * scale  # (..., L, S)
+    L, S = scores.shape[-2:]
+    if causal:  # query i sees keys 0..i (top-left aligned)
+        scores = np.where(np.tril(np.ones((L, S), dtype=bool)), scores, -np.inf)
+    elif mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+    return softmax_ref(scores, axis=-1) @ v
+
+
+# --- elementwise: binary ------------------------------------------------------------------
+# (tag, left shape, right shape): odd sizes, size-1 dims, broadcasting both ways, 0-d.
+BINARY_SHAPES = [
+    ("odd", (5, 7), (5, 7)),
+    ("size1-dims", (1, 7, 1), (1, 7, 1)),
+    ("broadcast-col-row", (3, 1), (1, 4)),
+    ("broadcast-trailing", (2, 3, 4), (4,)),
+    ("broadcast-rank", (5,), (2, 1, 5)),
+    ("scalar-shaped-right", (2, 3), ()),
+    ("scalar-shaped-left", (), (2, 3)),
+]
+PYTHON_SCALAR = 1.7
+
+
+def binary_cases(name: str, fn: Callable, ref: Callable, left: Float, right: Float,
+                 float32: bool = False) -> None:
+    """Rows for a binary op over BINARY_SHAPES, plus a Python scalar on either side.
+    ``left``/``right`` give each side's distribution (their shapes are replaced)."""
+    for tag, a_shape, b_shape in BINARY_SHAPES:
+        case(f"{name}-{tag}", fn, ref, Float(a_shape, left.dist, left.offset),
+             Float(b_shape, right.dist, right.offset),
+             float32=float32 and tag == "broadcast-col-row")
+    case(f"{name}-python-scalar-right", lambda a: fn(a, PYTHON_SCALAR),
+         lambda a: ref(a, PYTHON_SCALAR), Float((3, 5), left.dist, left.offset))
+    case(f"{name}-python-scalar-left", lambda b: fn(PYTHON_SCALAR, b),
+         lambda b: ref(PYTHON_SCALAR, b), Float((3, 5), right.dist, right.offset))
+
+
+NORMAL, POSITIVE, NONZERO = Float((), "normal"), Float((), "positive"), Float((), "nonzero")
+# maximum/minimum: both sides on grids 0.05 apart, so no element pair ever ties
+GRID_A, GRID_B = Float((), "distinct", 0.0), Float((), "distinct", 0.05)
+
+binary_cases("add", lambda a, b: a + b, np.add, NORMAL, NORMAL, float32=True)
+binary_cases("sub", lambda a, b: a - b, np.subtract, NORMAL, NORMAL)
+binary_cases("mul", lambda a, b: a * b, np.multiply, NORMAL, NORMAL, float32=True)
+binary_cases("div", lambda a, b: a / b, np.divide, NORMAL, NONZERO, float32=True)
+binary_cases("pow-tensor-tensor", lambda a, b: a ** b, np.power, POSITIVE, NORMAL)
+binary_cases("maximum", mt.maximum, np.maximum, GRID_A, GRID_B)
+binary_cases("minimum", mt.minimum, np.minimum, GRID_A, GRID_B)
+case("add-functional", mt.add, np.add, Float((3, 4)), Float((4,)))
+
+# --- elementwise: pow with a scalar, and unary ops ---------------------------------------
+case("pow-int-exponent", lambda x: x ** 3, lambda x: x ** 3, Float((3, 5)))
+case("pow-float-exponent", lambda x: x.pow(2.5), lambda x: x ** 2.5, Float((3, 5), "positive"))
+case("pow-negative-exponent", lambda x: mt.pow(x, -1.5), lambda x: x ** -1.5,
+     Float((3, 5), "positive"))
+case("pow-scalar-base", lambda x: 2.0 ** x, lambda x: 2.0 ** x, Float((3, 5)), float32=True)
+
+UNARY = [  # (name, fn, ref, dist, offset, in the float32 subset)
+    ("neg", lambda x: -x, np.negative, "normal", 0.0, False),
+    ("exp", mt.exp, np.exp, "normal", 0.0, True),
+    ("log", lambda x: x.log(), np.log, "positive", 0.0, True),
+    ("sqrt", lambda x: x.sqrt(), np.sqrt, "positive", 0.0, True),
+    ("tanh", mt.tanh, np.tanh, "normal", 0.0, True),
+    ("sigmoid", lambda x: x.sigmoid(), lambda x: 1.0 / (1.0 + np.exp(-x)), "normal", 0.0, True),
+    # kinks at 0: the grid shifted by 0.05 keeps every value >= 0.04 away from it
+    ("relu", F.relu, lambda x: np.maximum(x, 0.0), "distinct", 0.05, True),
+    ("abs", lambda x: abs(x), np.abs, "distinct", 0.05, False),
+    ("gelu-tanh", lambda x: F.gelu(x, approximate="tanh"), lambda x: gelu_ref(x, "tanh"),
+     "normal", 0.0, True),
+    ("gelu-erf", lambda x: F.gelu(x, approximate="none"), lambda x: gelu_ref(x, "none"),
+     "normal", 0.0, True),
+    # clamp bounds are multiples of 0.1; the grid shifted by 0.05 stays >= 0.04 away
+    ("clamp-min", lambda x: x.clamp(min=-0.3), lambda x: np.maximum(x, -0.3), "distinct",
+     0.05, False),
+    ("clamp-max", lambda x: mt.clamp(x, max=0.4), lambda x: np.minimum(x, 0.4), "distinct",
+     0.05, False),
+    ("clamp-both", lambda x: x.clamp(-0.3, 0.4), lambda x: np.clip(x, -0.3, 0.4), "distinct",
+     0.05, True),
+]
+for _name, _fn, _ref, _dist, _offset, _float32 in UNARY:
+    case(f"{_name}-odd", _fn, _ref, Float((3, 5), _dist, _offset), float32=_float32)
+    case(f"{_name}-3d", _fn, _ref, Float((2, 3, 4), _dist, _offset))
+    case(f"{_name}-0d", _fn, _ref, Float((), _dist, _offset))
+case("sigmoid-large", lambda x: (x * 40).sigmoid(), lambda x: 1.0 / (1.0 + np.exp(-40 * x)),
+     Float((3, 5)))
+
+# --- elementwise: selection ---------------------------------------------------------------
+MASK_3x4 = np.array([[True, False, True, True], [False, False, True, False],
+                     [True, True, False, False]])
+case("where", mt.where, np.where, Const(MASK_3x4), Float((3, 4)), Float((3, 4)))
+case("where-broadcast", mt.where, np.where, Const(MASK_3x4[:, :1]), Float((1, 4)),
+     Float((3, 4)))
+case("where-python-scalar", lambda c, a: mt.where(c, a, 0.5), lambda c, a: np.where(c, a, 0.5),
+     Const(MASK_3x4), Float((3, 4)))
+case("masked-fill", lambda x, m: x.masked_fill(m, -1.5), lambda x, m: np.where(m, -1.5, x),
+     Float((3, 4)), Const(MASK_3x4))
+case("masked-fill-broadcast", lambda x, m: mt.masked_fill(x, m, 2.0),
+     lambda x, m: np.where(m, 2.0, x), Float((3, 4)), Const(MASK_3x4[:1]))
+
+# --- reductions ---------------------------------------------------------------------------
+REDUCE_DIMS = [("all", None), ("dim1", 1), ("dim-neg", -1), ("dims-tuple", (0, 2))]
+REDUCTIONS = [  # (name, fn(x, dim, keepdim), ref(x, axis, keepdims), dist)
+    ("sum", lambda x, d, k: x.sum(d, keepdim=k), np.sum, "normal"),
+    ("mean", lambda x, d, k: mt.mean(x, d, keepdim=k), np.mean, "normal"),
+    ("var-c0", lambda x, d, k: x.var(d, keepdim=k, correction=0),
+     lambda x, a, k: np.var(x, axis=a, keepdims=k), "normal"),
+    ("var-c1", lambda x, d, k: mt.var(x, d, keepdim=k, correction=1),
+     lambda x, a, k: np.var(x, axis=a, keepdims=k, ddof=1), "normal"),
+    ("std-c0", lambda x, d, k: x.std(d, keepdim=k, correction=0),
+     lambda x, a, k: np.std(x, axis=a, keepdims=k), "normal"),
+    ("std-c1", lambda x, d, k: x.std(d, keepdim=k),  # the default is unbiased
+     lambda x, a, k: np.std(x, axis=a, keepdims=k, ddof=1), "normal"),
+    # amax/amin: distinct values, so the gradient goes to one element only
+    ("amax", lambda x, d, k: x.amax(d, keepdim=k), np.amax, "distinct"),
+    ("amin", lambda x, d, k: mt.amin(x, d, keepdim=k), np.amin, "distinct"),
+]
+
+
+def reduction_case(name: str, fn: Callable, ref: Callable, dist: str, dim: Any,
+                   keepdim: bool, float32: bool) -> None:
+    case(name, lambda x: fn(x, dim, keepdim), lambda x: ref(x, axis=dim, keepdims=keepdim),
+         Float((2, 3, 4), dist), float32=float32)
+
+
+for _name, _fn, _ref, _dist in REDUCTIONS:
+    for _tag, _dim in REDUCE_DIMS:
+        for _keepdim in (False, True):
+            reduction_case(f"{_name}-{_tag}-{'keepdim' if _keepdim else 'nokeepdim'}", _fn,
+                           _ref, _dist, _dim, _keepdim,
+                           float32=_tag == "dim-neg" and not _keepdim)
+
+
+def max_min_case(name: str, largest: bool, dim: Optional[int], keepdim: bool) -> None:
+    """max/min along a dim give (values, indices); the indices must be NumPy's argmax."""
+    method, ref, arg = ("max", np.max, np.argmax) if largest else ("min", np.min, np.argmin)
+    if dim is None:
+        case(name, lambda x: getattr(x, method)(), lambda x: ref(x), Float((2, 3, 4), "distinct"))
+        return
+    case(name, lambda x: getattr(x, method)(dim, keepdim=keepdim),
+         lambda x: (ref(x, axis=dim, keepdims=keepdim), arg(x, axis=dim, keepdims=keepdim)),
+         Float((2, 3, 4), "distinct"))
+
+
+for _largest, _method in ((True, "max"), (False, "min")):
+    max_min_case(f"{_method}-all", _largest, None, False)
+    for _dim in (0, 1, -1):
+        for _keepdim in (False, True):
+            max_min_case(f"{_method}-dim{_dim}-{'keepdim' if _keepdim else 'nokeepdim'}",
+                         _largest, _dim, _keepdim)
+
+# --- matmul -------------------------------------------------------------------------------
+MATMUL_SHAPES = [
+    ("1d-1d", (5,), (5,)),
+    ("1d-2d", (3,), (3, 4)),
+    ("2d-1d", (4, 3), (3,)),
+    ("2d-2d", (3, 5), (5, 2)),
+    ("3d-3d", (2, 3, 4), (2, 4, 5)),
+    ("broadcast-batch", (2, 1, 3, 4), (5, 4, 2)),
+    ("2d-3d", (3, 4), (2, 4, 5)),
+    ("3d-1d", (2, 3, 4), (4,)),
+    ("1d-3d", (3,), (2, 3, 4)),
+]
+for _tag, _a, _b in MATMUL_SHAPES:
+    case(f"matmul-{_tag}", lambda a, b: a @ b, np.matmul, Float(_a), Float(_b),
+         float32=_tag in ("2d-2d", "broadcast-batch"))
+case("matmul-functional", mt.matmul, np.matmul, Float((3, 4)), Float((4, 2)))
+case("linear", F.linear, lambda x, w, b: x @ w.T + b, Float((2, 3, 4)), Float((5, 4)),
+     Float((5,)))
+
+# --- softmax, log-softmax -----------------------------------------------------------------
+for _dim in (0, 1, -1):
+    case(f"softmax-dim{_dim}", lambda x, d=_dim: x.softmax(d), lambda x, d=_dim: softmax_ref(x, d),
+         Float((2, 3, 4)), float32=_dim == -1)
+    case(f"log-softmax-dim{_dim}", lambda x, d=_dim: F.log_softmax(x, d),
+         lambda x, d=_dim: log_softmax_ref(x, d), Float((2, 3, 4)), float32=_dim == -1)
+# logits of +-100 overflow exp unless the op subtracts the max first
+case("softmax-large", lambda x: F.softmax(x * 50, -1), lambda x: softmax_ref(x * 50, -1),
+     Float((3, 5)))
+case("log-softmax-large", lambda x: (x * 50).log_softmax(-1),
+     lambda x: log_softmax_ref(x * 50, -1), Float((3, 5)))
+
+# --- cross-entropy ------------------------------------------------------------------------
+TARGET_2D = np.array([1, 0, -100, 3, 1])  # (N,) with an ignored row; classes C = 4
+TARGET_3D = np.array([[0, 3, -100], [2, 2, 1]])  # (N, d) for logits (N, C, d) = (2, 4, 3)
+for _reduction in ("mean", "sum", "none"):
+    for _smoothing in (0.0, 0.1):
+        _tag = f"{_reduction}{'-smooth' if _smoothing else ''}"
+        _options = dict(reduction=_reduction, label_smoothing=_smoothing)
+        case(f"cross-entropy-2d-{_tag}", lambda x, t, o=_options: F.cross_entropy(x, t, **o),
+             lambda x, t, o=_options: cross_entropy_ref(x, t, **o), Float((5, 4)),
+             Const(TARGET_2D), float32=_reduction == "mean" and not _smoothing)
+        case(f"cross-entropy-3d-{_tag}", lambda x, t, o=_options: F.cross_entropy(x, t, **o),
+             lambda x, t, o=_options: cross_entropy_ref(x, t, **o), Float((2, 4, 3)),
+             Const(TARGET_3D))
+case("cross-entropy-ignore-index", lambda x, t: F.cross_entropy(x, t, ignore_index=1),
+     lambda x, t: cross_entropy_ref(x, t, ignore_index=1), Float((5, 4)), Const(TARGET_2D % 4))
+case("cross-entropy-1d", F.cross_entropy, cross_entropy_ref, Float((4,)), Const(np.array(2)))
+
+# --- layer norm ---------------------------------------------------------------------------
+case("layer-norm-1dim", lambda x, w, b: F.layer_norm(x, 5, w, b),
+     lambda x, w, b: layer_norm_ref(x, 1, w, b), Float((3, 5)), Float((5,)), Float((5,)),
+     float32=True)
+case("layer-norm-2dims", lambda x, w, b: F.layer_norm(x, (3, 4), w, b),
+     lambda x, w, b: layer_norm_ref(x, 2, w, b), Float((2, 3, 4)), Float((3, 4)), Float((3, 4)))
+case("layer-norm-1dim-no-affine", lambda x: F.layer_norm(x, (4,)),
+     lambda x: layer_norm_ref(x, 1), Float((2, 3, 4)))
+case("layer-norm-2dims-no-affine", lambda x: F.layer_norm(x, [3, 4]),
+     lambda x: layer_norm_ref(x, 2), Float((2, 3, 4)))
+case("layer-norm-weight-only", lambda x, w: F.layer_norm(x, 5, weight=w),
+     lambda x, w: layer_norm_ref(x, 1, w), Float((3, 5)), Float((5,)))
+case("layer-norm-eps", lambda x, w, b: F.layer_norm(x, 5, w, b, eps=0.1),
+     lambda x, w, b: layer_norm_ref(x, 1, w, b, eps=0.1), Float((3, 5)), Float((5,)),
+     Float((5,)))
+
+# --- embedding ----------------------------------------------------------------------------
+REPEATED_IDS = np.array([[0, 2, 2], [5, 0, 2]])  # ids 0 and 2 repeat: their grads must add
+case("embedding", F.embedding, lambda ids, w: w[ids], Const(REPEATED_IDS), Float((6, 3)),
+     float32=True)
+case("embedding-1d", F.embedding, lambda ids, w: w[ids], Const(np.array([1, 1, 1, 4])),
+     Float((5, 2)))
+
+
+# --- dropout ------------------------------------------------------------------------------
+def dropout_case(name: str, p: float, seed: int) -> None:
+    """Dropout with p in (0, 1): seeded inside fn so every call draws the same mask.
+
+    The mask is not reproducible on the host, so instead of a reference the row checks
+    that each element is either dropped or the input scaled by 1/(1-p).
+    """
+    def fn(x: mt.Tensor) -> mt.Tensor:
+        mt.manual_seed(seed)
+        return F.dropout(x, p)
+
+    def check(out: np.ndarray, x: np.ndarray) -> None:
+        kept = out != 0  # the inputs are nonzero, so a zero output was dropped
+        assert kept.any() and not kept.all(), f"dropout(p={p}) kept {kept.sum()} of {kept.size}"
+        np.testing.assert_allclose(out, x * kept / (1 - p), rtol=1e-12, atol=0)
+
+    case(name, fn, None, Float((6, 7), "nonzero"), check=check)
+
+
+case("dropout-p0", lambda x: F.dropout(x, 0.0), lambda x: x, Float((3, 4)))
+case("dropout-eval", lambda x: F.dropout(x, 0.5, training=False), lambda x: x, Float((3, 4)))
+case("dropout-p1", lambda x: F.dropout(x, 1.0), lambda x: np.zeros_like(x), Float((3, 4)))
+dropout_case("dropout-p0.3", 0.3, seed=1234)
+dropout_case("dropout-p0.6", 0.6, seed=99)
+
+# --- scaled dot-product attention ---------------------------------------------------------
+SDPA_BOOL_MASK = np.array([[True, False, True, True, False],  # (L, S) = (3, 5); every
+                           [False, False, False, False, True],  # query sees some key
+                           [True, True, True, True, True]])
+SDPA_FLOAT_MASK = np.random.default_rng(7).standard_normal((2, 3, 5))
+
+
+def attention_case(name: str, q: tuple, k: tuple, v: tuple, mask: Any = None,
+                   float32: bool = False, **options: Any) -> None:
+    inputs = [Float(q), Float(k), Float(v)]
+    if mask is None:
+        case(name, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **options),
+             lambda q, k, v: attention_ref(q, k, v, causal=options.get("is_causal", False),
+                                           scale=options.get("scale")),
+             *inputs, float32=float32)
+    else:
+        case(name, lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+             lambda q, k, v, m: attention_ref(q, k, v, mask=m), *inputs, Const(mask))
+
+
+attention_case("sdpa", (2, 3, 4), (2, 3, 4), (2, 3, 4), float32=True)
+attention_case("sdpa-2d", (3, 4), (5, 4), (5, 2))
+attention_case("sdpa-l-ne-s", (2, 3, 4), (2, 5, 4), (2, 5, 3))
+attention_case("sdpa-causal", (2, 4, 3), (2, 4, 3), (2, 4, 2), is_causal=True)
+attention_case("sdpa-causal-l-lt-s", (1, 3, 4), (1, 5, 4), (1, 5, 2), is_causal=True)
+attention_case("sdpa-bool-mask", (2, 3, 4), (2, 5, 4), (2, 5, 3), mask=SDPA_BOOL_MASK)
+attention_case("sdpa-float-mask", (2, 3, 4), (2, 5, 4), (2, 5, 3), mask=SDPA_FLOAT_MASK)
+attention_case("sdpa-broadcast-batch", (2, 1, 3, 4), (3, 5, 4), (3, 5, 2))
+attention_case("sdpa-scale", (2, 3, 4), (2, 5, 4), (2, 5, 3), scale=0.3)
+
+# --- shape ops and views ------------------------------------------------------------------
+X234 = Float((2, 3, 4))
+case("transpose", lambda x: x.transpose(0, 2), lambda x: np.swapaxes(x, 0, 2), X234)
+case("transpose-negative", lambda x: mt.transpose(x, -1, -2), lambda x: np.swapaxes(x, -1, -2),
+     X234)
+case("permute", lambda x: x.permute(2, 0, 1), lambda x: np.transpose(x, (2, 0, 1)), X234)
+case("permute-negative", lambda x: mt.permute(x, (-1, 0, 1)),
+     lambda x: np.transpose(x, (2, 0, 1)), X234)
+case("T", lambda x: x.T, lambda x: x.T, X234)
+case("mT", lambda x: x.mT, lambda x: np.swapaxes(x, -1, -2), X234)
+case("t-2d", lambda x: x.t(), lambda x: x.T, Float((3, 5)))
+case("unsqueeze", lambda x: x.unsqueeze(1), lambda x: np.expand_dims(x, 1), X234)
+case("unsqueeze-negative", lambda x: mt.unsqueeze(x, -1), lambda x: np.expand_dims(x, -1), X234)
+case("squeeze-all", lambda x: x.squeeze(), np.squeeze, Float((1, 3, 1, 4)))
+case("squeeze-dim", lambda x: x.squeeze(2), lambda x: np.squeeze(x, 2), Float((1, 3, 1, 4)))
+case("squeeze-dims-tuple", lambda x: mt.squeeze(x, (0, -2)), lambda x: np.squeeze(x, (0, 2)),
+     Float((1, 3, 1, 4)))
+case("squeeze-not-size1", lambda x: x.squeeze(1), lambda x: x, Float((1, 3, 1, 4)))
+case("expand", lambda x: x.expand(3, 4), lambda x: np.broadcast_to(x, (3, 4)), Float((3, 1)))
+case("expand-new-dims", lambda x: x.expand(2, -1, 4), lambda x: np.broadcast_to(x, (2, 3, 4)),
+     Float((3, 1)))
+case("expand-as", lambda x, y: x.expand_as(y) * y, lambda x, y: x * y, Float((1, 4)),
+     Float((3, 4)))
+case("reshape", lambda x: x.reshape(4, 6), lambda x: x.reshape(4, 6), X234)
+case("reshape-infer", lambda x: mt.reshape(x, (-1, 3)), lambda x: x.reshape(-1, 3), X234)
+# view needs strides it can express: run it on contiguous inputs only
+case("view", lambda x: x.view(6, 4), lambda x: x.reshape(6, 4), X234, noncontiguous=False)
+case("view-infer", lambda x: x.view(2, -1), lambda x: x.reshape(2, -1), X234,
+     noncontiguous=False)
+case("flatten", lambda x: x.flatten(), lambda x: x.reshape(-1), X234)
+case("flatten-from-dim1", lambda x: x.flatten(1), lambda x: x.reshape(2, 12), X234)
+case("flatten-range", lambda x: mt.flatten(x, 0, 1), lambda x: x.reshape(6, 4), X234)
+case("narrow", lambda x: x.narrow(1, 1, 2), lambda x: x[:, 1:3], X234)
+case("narrow-negative-start", lambda x: mt.narrow(x, -1, -3, 2), lambda x: x[..., 1:3], X234)
+
+# basic indexing: views
+X45 = Float((4, 5))
+case("slice-steps", lambda x: x[1:, ::2], lambda x: x[1:, ::2], X45)
+case("slice-negative", lambda x: x[-3:-1, -2], lambda x: x[-3:-1, -2], X45)
+case("slice-int-negative", lambda x: x[-1], lambda x: x[-1], X45)
+case("slice-ellipsis-none", lambda x: x[..., None, 1::3], lambda x: x[..., None, 1::3], X234)
+case("slice-step-3d", lambda x: x[::2, 1, ::3], lambda x: x[::2, 1, ::3], X234)
+# advanced indexing: copies whose backward scatter-adds (repeated indices add up)
+INDEX_2x2 = np.array([[0, 1], [3, 3]])
+ROW_MASK = np.array([True, False, True, True])
+ELEMENT_MASK = np.array([[True, False, False, True, True], [False, False, True, False, False],
+                         [True, True, True, True, True], [False, False, False, False, True]])
+case("index-list-repeated", lambda x: x[[0, 2, 2]], lambda x: x[[0, 2, 2]], X45)
+case("index-tensor", lambda x, i: x[i], lambda x, i: x[i], X45, Const(INDEX_2x2))
+case("index-tensor-dim1", lambda x, i: x[:, i], lambda x, i: x[:, i], X45, Const(INDEX_2x2))
+case("index-two-lists", lambda x: x[[0, 3, 0], [4, 1, 4]], lambda x: x[[0, 3, 0], [4, 1, 4]],
+     X45)
+case("index-bool-mask", lambda x, m: x[m], lambda x, m: x[m], X45, Const(ELEMENT_MASK))
+case("index-bool-rows", lambda x, m: x[m], lambda x, m: x[m], X45, Const(ROW_MASK))
+GATHER_DIM1 = np.array([[0, 0, 4], [1, 2, 1], [3, 3, 3], [4, 0, 2]])  # (4, 3) into (4, 5)
+GATHER_DIM0 = np.array([[0, 3, 3, 1, 0], [2, 2, 0, 3, 1]])  # (2, 5) into (4, 5)
+case("gather-dim1", lambda x, i: x.gather(1, i),
+     lambda x, i: np.take_along_axis(x, i, axis=1), X45, Const(GATHER_DIM1))
+case("gather-dim0", lambda x, i: mt.gather(x, 0, i),
+     lambda x, i: np.take_along_axis(x, i, axis=0), X45, Const(GATHER_DIM0))
+case("gather-dim-negative", lambda x, i: x.gather(-1, i),
+     lambda x, i: np.take_along_axis(x, i, axis=-1), X45, Const(GATHER_DIM1))
+
+# several outputs, several inputs
+case("split-int", lambda x: x.split(2, dim=1), lambda x: np.split(x, [2, 4], axis=1),
+     Float((2, 5, 3)))
+case("split-sizes", lambda x: mt.split(x, [1, 3, 1], dim=-2),
+     lambda x: np.split(x, [1, 4], axis=1), Float((2, 5, 3)))
+case("chunk", lambda x: x.chunk(3), lambda x: np.split(x, [2, 4], axis=0), Float((5, 4)))
+case("chunk-dim", lambda x: mt.chunk(x, 2, dim=-1), lambda x: np.split(x, [2], axis=-1),
+     Float((3, 4)))
+case("cat", lambda a, b, c: mt.cat([a, b, c], dim=1),
+     lambda a, b, c: np.concatenate([a, b, c], axis=1),
+     Float((2, 1, 3)), Float((2, 3, 3)), Float((2, 2, 3)))
+case("cat-negative-dim", lambda a, b: mt.cat((a, b), dim=-1),
+     lambda a, b: np.concatenate([a, b], axis=-1), Float((3, 2)), Float((3, 5)))
+case("stack", lambda a, b, c: mt.stack([a, b, c]), lambda a, b, c: np.stack([a, b, c]),
+     Float((2, 3)), Float((2, 3)), Float((2, 3)))
+case("stack-last", lambda a, b: mt.stack([a, b], dim=-1), lambda a, b: np.stack([a, b], -1),
+     Float((2, 3)), Float((2, 3)))
+
+# copies and casts
+case("contiguous", lambda x: x.contiguous(), lambda x: x, X234)
+case("clone", lambda x: x.clone(), lambda x: x, X234)
+case("clone-functional", mt.clone, lambda x: x, X45)
+# forward only: a float32 round trip is exactly NumPy's, and its gradient is not worth
+# checking by finite differences at float32 precision
+case("to-cast-chain", lambda x: x.to(mt.float32).to("float64"),
+     lambda x: x.astype(np.float32).astype(np.float64), Float((3, 4), grad=False), rtol=0,
+     atol=0)
+case("to-same-dtype", lambda x: x.to(mt.float64).double(), lambda x: x, X45)
+
+_names = [c.name for c in CASES]
+if len(set(_names)) != len(_names):
+    raise ValueError(f"op_table: duplicate case names "
+                     f"{sorted({n for n in _names if _names.count(n) > 1})}")
