@@ -28,10 +28,10 @@ class ScaledDotProductAttention(Function):
         scores *= scale
         L, S = scores.shape[-2:]
         if causal:  # query i sees keys 0..i (top-left aligned, as PyTorch's is_causal)
-            scores[..., xp.triu(xp.ones((L, S), dtype=bool), k=1)] = -xp.inf
+            xp.copyto(scores, -xp.inf, where=xp.triu(xp.ones((L, S), dtype=bool), k=1))
         elif mask is not None:
             if mask.dtype == bool:  # True = may attend
-                scores = xp.where(mask, scores, -xp.inf)
+                xp.copyto(scores, -xp.inf, where=~mask)
             else:  # additive float mask
                 scores += mask
         probs = softmax_(scores, -1, xp).astype(q.dtype, copy=False)

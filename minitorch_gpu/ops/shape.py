@@ -102,7 +102,8 @@ class Permute(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return grad.transpose(np.argsort(ctx.dims)), None
+        inverse = tuple(int(d) for d in np.argsort(ctx.dims))
+        return grad.transpose(inverse), None
 
 
 class Expand(Function):
@@ -230,7 +231,8 @@ class GatherAlongDim(Function):
         (index,) = ctx.saved_tensors
         out = xp.zeros(ctx.in_shape, dtype=grad.dtype)
         # the full index of every element of ``index``: its own position, except along dim
-        position = list(xp.indices(index.shape, sparse=True))
+        position = [xp.arange(n).reshape((-1,) + (1,) * (index.ndim - 1 - d))
+                    for d, n in enumerate(index.shape)]
         position[ctx.dim] = index
         ctx.backend.scatter_add(out, tuple(position), grad)
         return out, None, None
