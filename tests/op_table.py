@@ -19,6 +19,15 @@ import minitorch_gpu.functional as F
 LAYOUTS = ("contiguous", "transposed", "sliced")
 
 
+def can_be_noncontiguous(shape: tuple, layout: str) -> bool:
+    """Whether ``layout`` can make a leaf of ``shape`` non-contiguous at all: a transpose
+    needs two dims longer than 1 (size-1 dims don't count for contiguity), a slice two
+    elements."""
+    if layout == "transposed":
+        return sum(n > 1 for n in shape) >= 2
+    return layout == "sliced" and int(np.prod(shape, dtype=np.int64)) > 1
+
+
 # --- input specs --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Float:
@@ -48,7 +57,8 @@ class Float:
         elif self.dist == "nonzero":
             values = rng.choice([-1.0, 1.0], n) * rng.uniform(0.5, 2.0, n)
         elif self.dist == "distinct":
-            values = (rng.permutation(n) - n // 2) * 0.1 + self.offset + rng.uniform(-0.01, 0.01, n)
+            grid = (rng.permutation(n) - n // 2) * 0.1 + self.offset
+            values = grid + rng.uniform(-0.01, 0.01, n)
         else:
             raise ValueError(f"Float: unknown dist {self.dist!r}")
         return values.reshape(self.shape)
@@ -85,16 +95,12 @@ class OpCase:
 
     @property
     def layouts(self) -> tuple:
-        """The layouts that change something: transposing needs two dims longer than 1 in
-        some input (else the transposed leaf is still row-major), slicing one element."""
-        floats = [s.shape for s in self.inputs if isinstance(s, Float)]
-        layouts = ["contiguous"]
-        if self.noncontiguous:
-            if any(sum(n > 1 for n in shape) >= 2 for shape in floats):
-                layouts.append("transposed")
-            if any(np.prod(shape, dtype=np.int64) > 1 for shape in floats):
-                layouts.append("sliced")
-        return tuple(layouts)
+        """"contiguous", and the other LAYOUTS that make some float input non-contiguous
+        (a transposed 1-D or 0-d leaf would only repeat the contiguous run)."""
+        shapes = [s.shape for s in self.inputs if isinstance(s, Float)]
+        return ("contiguous",) + tuple(
+            layout for layout in LAYOUTS[1:] if self.noncontiguous
+            and any(can_be_noncontiguous(shape, layout) for shape in shapes))
 
 
 CASES: list = []
@@ -261,13 +267,13 @@ REDUCTIONS = [  # (name, fn(x, dim, keepdim), ref(x, axis, keepdims), dist)
     ("sum", lambda x, d, k: x.sum(d, keepdim=k), np.sum, "normal"),
     ("mean", lambda x, d, k: mt.mean(x, d, keepdim=k), np.mean, "normal"),
     ("var-c0", lambda x, d, k: x.var(d, keepdim=k, correction=0),
-     lambda x, a, k: np.var(x, axis=a, keepdims=k), "normal"),
+     lambda x, axis, keepdims: np.var(x, axis=axis, keepdims=keepdims), "normal"),
     ("var-c1", lambda x, d, k: mt.var(x, d, keepdim=k, correction=1),
-     lambda x, a, k: np.var(x, axis=a, keepdims=k, ddof=1), "normal"),
+     lambda x, axis, keepdims: np.var(x, axis=axis, keepdims=keepdims, ddof=1), "normal"),
     ("std-c0", lambda x, d, k: x.std(d, keepdim=k, correction=0),
-     lambda x, a, k: np.std(x, axis=a, keepdims=k), "normal"),
+     lambda x, axis, keepdims: np.std(x, axis=axis, keepdims=keepdims), "normal"),
     ("std-c1", lambda x, d, k: x.std(d, keepdim=k),  # the default is unbiased
-     lambda x, a, k: np.std(x, axis=a, keepdims=k, ddof=1), "normal"),
+     lambda x, axis, keepdims: np.std(x, axis=axis, keepdims=keepdims, ddof=1), "normal"),
     # amax/amin: distinct values, so the gradient goes to one element only
     ("amax", lambda x, d, k: x.amax(d, keepdim=k), np.amax, "distinct"),
     ("amin", lambda x, d, k: mt.amin(x, d, keepdim=k), np.amin, "distinct"),
@@ -432,6 +438,11 @@ attention_case("sdpa-bool-mask", (2, 3, 4), (2, 5, 4), (2, 5, 3), mask=SDPA_BOOL
 attention_case("sdpa-float-mask", (2, 3, 4), (2, 5, 4), (2, 5, 3), mask=SDPA_FLOAT_MASK)
 attention_case("sdpa-broadcast-batch", (2, 1, 3, 4), (3, 5, 4), (3, 5, 2))
 attention_case("sdpa-scale", (2, 3, 4), (2, 5, 4), (2, 5, 3), scale=0.3)
+# batch dims that only the value (and the mask) have: the scores broadcast up to them
+attention_case("sdpa-value-batch", (3, 4), (5, 4), (2, 5, 2))
+attention_case("sdpa-bool-mask-value-batch", (3, 4), (5, 4), (2, 5, 2),
+               mask=np.stack([SDPA_BOOL_MASK, SDPA_BOOL_MASK[::-1]]))
+attention_case("sdpa-float-mask-value-batch", (3, 4), (5, 4), (2, 5, 2), mask=SDPA_FLOAT_MASK)
 
 # --- shape ops and views ------------------------------------------------------------------
 X234 = Float((2, 3, 4))
@@ -515,9 +526,15 @@ case("stack-last", lambda a, b: mt.stack([a, b], dim=-1), lambda a, b: np.stack(
      Float((2, 3)), Float((2, 3)))
 
 # copies and casts
-case("contiguous", lambda x: x.contiguous(), lambda x: x, X234)
-case("clone", lambda x: x.clone(), lambda x: x, X234)
-case("clone-functional", mt.clone, lambda x: x, X45)
+def row_major(t: mt.Tensor) -> mt.Tensor:
+    """``t``, after checking that a copy op really gave a contiguous tensor."""
+    assert t.is_contiguous(), f"strides {t.stride()} for shape {tuple(t.shape)}"
+    return t
+
+
+case("contiguous", lambda x: row_major(x.contiguous()), lambda x: x, X234)
+case("clone", lambda x: row_major(x.clone()), lambda x: x, X234)
+case("clone-functional", lambda x: row_major(mt.clone(x)), lambda x: x, X45)
 # forward only: a float32 round trip is exactly NumPy's, and its gradient is not worth
 # checking by finite differences at float32 precision
 case("to-cast-chain", lambda x: x.to(mt.float32).to("float64"),

@@ -18,7 +18,7 @@ import pytest
 
 import minitorch_gpu as mt
 from minitorch_gpu.testing import gradcheck
-from op_table import CASES, Const, Float, OpCase
+from op_table import CASES, Const, Float, OpCase, can_be_noncontiguous
 
 BACKENDS = ("cpu", "cuda")
 FLOAT32_RTOL = 1e-5
@@ -26,7 +26,8 @@ FLOAT32_ATOL = 1e-6  # floor for outputs that cancel to ~0 (a dot product, x - m
 
 
 def params(cases: list, all_layouts: bool = True) -> list:
-    return [pytest.param(c, layout, backend, id=f"{c.name}-{layout}-{backend}")
+    return [pytest.param(c, layout, backend, id=f"{c.name}-{layout}-{backend}",
+                         marks=[pytest.mark.cuda] if backend == "cuda" else [])
             for c in cases
             for layout in (c.layouts if all_layouts else ("contiguous",))
             for backend in BACKENDS]
@@ -43,15 +44,6 @@ def host(t: mt.Tensor) -> np.ndarray:
 
 
 # --- inputs -------------------------------------------------------------------------------
-def can_be_noncontiguous(shape: tuple, layout: str) -> bool:
-    """Whether ``layout`` can make a leaf of ``shape`` non-contiguous at all: a transpose
-    needs two dims longer than 1 (size-1 dims don't count for contiguity), a slice two
-    elements."""
-    if layout == "transposed":
-        return sum(n > 1 for n in shape) >= 2
-    return layout == "sliced" and int(np.prod(shape, dtype=np.int64)) > 1
-
-
 def leaf(values: np.ndarray, layout: str, device: str, dtype: Any,
          requires_grad: bool) -> mt.Tensor:
     """A leaf tensor holding ``values`` on ``device``, stored as ``layout`` says."""
@@ -59,7 +51,7 @@ def leaf(values: np.ndarray, layout: str, device: str, dtype: Any,
         t = mt.tensor(values, dtype=dtype, device=device)
     elif layout == "transposed":
         # stored with the dims reversed and seen through .T: the strides ascend
-        t = mt.tensor(np.ascontiguousarray(values.T), dtype=dtype, device=device).T
+        t = mt.tensor(values.T.copy(), dtype=dtype, device=device).T
     elif layout == "sliced":
         # every other element, in every dim, of an array twice as large; the elements in
         # between are NaN, so an op that reads outside the view's strides returns NaN
@@ -149,6 +141,17 @@ def test_forward_float32(case: OpCase, layout: str, backend: str) -> None:
     tensors, arrays = make_inputs(case, layout, device, mt.float32)
     assert_matches(case.fn(*tensors), case.ref(*arrays), device, mt.float32, FLOAT32_RTOL,
                    FLOAT32_ATOL)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_var_without_degrees_of_freedom_is_nan(backend: str) -> None:
+    """Unbiased variance over one element is nan, and so is its gradient (as in PyTorch).
+    Not a table row: gradcheck needs finite gradients."""
+    x = mt.ones(1, 3, dtype=mt.float64, device=device_for(backend), requires_grad=True)
+    y = x.var(0)
+    y.sum().backward()
+    assert np.isnan(host(y)).all() and np.isnan(host(x.grad)).all()
 
 
 # Public ops that need no row here, and why; every other name in minitorch_gpu.ops must

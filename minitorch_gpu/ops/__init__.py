@@ -1,4 +1,6 @@
 """The differentiable ops, one family per module; this package re-exports their functions."""
+from types import ModuleType as _ModuleType
+
 from .elementwise import (abs, add, clamp, div, eq, exp, ge, gelu, gt, le, log, logical_and,
                           logical_not, logical_or, lt, masked_fill, maximum, minimum, mul, ne,
                           neg, pow, relu, sigmoid, sqrt, sub, tanh, where)
@@ -14,4 +16,6 @@ from .embedding import embedding
 from .dropout import dropout
 from .attention import scaled_dot_product_attention
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+# the functions only: the submodules (shape, reduce, ...) must not land in ``minitorch_gpu``
+__all__ = [name for name, value in globals().items()
+           if not name.startswith("_") and not isinstance(value, _ModuleType)]

@@ -30,6 +30,9 @@ class ScaledDotProductAttention(Function):
         if causal:  # query i sees keys 0..i (top-left aligned, as PyTorch's is_causal)
             xp.copyto(scores, -xp.inf, where=xp.triu(xp.ones((L, S), dtype=bool), k=1))
         elif mask is not None:
+            shape = xp.broadcast(scores, mask).shape  # the mask may have batch dims only v has
+            if shape != scores.shape:
+                scores = xp.ascontiguousarray(xp.broadcast_to(scores, shape))
             if mask.dtype == bool:  # True = may attend
                 xp.copyto(scores, -xp.inf, where=~mask)
             else:  # additive float mask

@@ -36,7 +36,7 @@ class LayerNorm(Function):
         axes = ctx.axes
         batch_axes = tuple(range(x.ndim - len(axes)))
         x_hat = (x - mean) * rstd
-        need_x, need_w, need_b = ctx.needs_input_grad
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]  # then axes and eps
         grad_w = (grad * x_hat).sum(axis=batch_axes) if need_w else None
         grad_b = grad.sum(axis=batch_axes) if need_b else None
         grad_x = None

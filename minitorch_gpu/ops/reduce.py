@@ -58,7 +58,10 @@ class Var(Function):
     def backward(ctx, grad):
         (centered,) = ctx.saved_tensors
         grad = expand_reduced(grad, centered.shape, ctx.axes, ctx.keepdim, ctx.xp)
-        return grad * centered * (2.0 / ctx.dof), None, None, None
+        # no degrees of freedom left (e.g. unbiased over one element): the variance is nan,
+        # and so is its gradient (as in PyTorch), rather than a ZeroDivisionError
+        scale = 2.0 / ctx.dof if ctx.dof > 0 else float("nan")
+        return grad * centered * scale, None, None, None
 
 
 class Extremum(Function):

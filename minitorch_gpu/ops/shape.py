@@ -128,6 +128,10 @@ class Slice(Function):
     @staticmethod
     def forward(ctx, a, key):
         ctx.in_shape, ctx.key = a.shape, key
+        # NumPy turns a key that picks one element (x[0] of a 1-D x, x[()]) into a scalar
+        # copy; with an Ellipsis in the key it returns a 0-d view instead
+        if not any(k is Ellipsis for k in key):
+            key = key + (Ellipsis,)
         return a[key]
 
     @staticmethod
