@@ -9,9 +9,10 @@ handing each its output gradient and freeing its saved arrays once used.
 from __future__ import annotations
 
 import contextlib
-import functools
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Optional
+
+import numpy as np
 
 from .tensor import Tensor
 
@@ -159,6 +160,8 @@ class Function:
                 else (False,) * len(args)
         out = cls.forward(ctx, *[arg.data if isinstance(arg, Tensor) else arg for arg in args],
                           **kwargs)
+        if isinstance(out, np.generic):  # NumPy turns 0-d results into scalars; keep arrays
+            out = np.asarray(out)
         result = Tensor._make(out, backend, record)
         if cls.returns_view:
             result._version = args[0]._version
@@ -304,6 +307,8 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
         for child, g in zip(node.next_nodes, input_grads):
             if child is None or g is None:
                 continue
+            if isinstance(g, np.generic):
+                g = np.asarray(g)
             if g.shape != child.shape and node.broadcasts and g.ndim >= len(child.shape):
                 g = unbroadcast(g, child.shape)
             if g.shape != child.shape:

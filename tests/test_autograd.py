@@ -245,3 +245,31 @@ def test_saved_arrays_are_released_during_backward(device):
     for node in nodes:
         with pytest.raises(RuntimeError, match="second time"):
             node.saved_tensors
+
+
+def test_zero_dim_results_are_arrays_not_numpy_scalars(device):
+    x = mt.tensor(2.0, dtype="float64", device=device, requires_grad=True)
+    y = x.exp()
+    assert y.ndim == 0 and hasattr(y.data, "shape") and not isinstance(y.data, np.generic)
+    y.backward()
+    assert not isinstance(x.grad.data, np.generic)
+    with mt.no_grad():
+        x.grad.zero_()  # in place on a 0-d gradient really writes
+    assert x.grad.item() == 0.0
+    v = mt.tensor([1.0, 2.0], device=device)
+    assert not isinstance((v @ v).data, np.generic)
+
+
+def test_ties_share_the_gradient(device):
+    x = mt.tensor([[3.0, 1.0, 3.0], [0.0, 2.0, 1.0]], device=device, requires_grad=True)
+    x.amax(dim=1).sum().backward()
+    assert x.grad.tolist() == [[0.5, 0.0, 0.5], [0.0, 1.0, 0.0]]
+    a = mt.tensor([1.0, 2.0, 3.0], device=device, requires_grad=True)
+    b = mt.tensor([1.0, 3.0, 2.0], device=device, requires_grad=True)
+    mt.maximum(a, b).sum().backward()
+    assert a.grad.tolist() == [0.5, 0.0, 1.0] and b.grad.tolist() == [0.5, 1.0, 0.0]
+    x.grad = None
+    values, indices = x.max(dim=1)  # max(dim) sends the gradient to the one index it returns
+    values.sum().backward()
+    assert indices.tolist() == [0, 1]
+    assert x.grad.tolist() == [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
