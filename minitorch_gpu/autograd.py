@@ -153,8 +153,13 @@ class Function:
         ctx.backend = backend
         ctx.xp = backend.xp
         if record:
-            ctx.needs_input_grad = tuple(
-                isinstance(arg, Tensor) and arg.requires_grad for arg in args)
+            needs, nodes = [], []
+            for arg in args:
+                need = isinstance(arg, Tensor) and arg.requires_grad
+                needs.append(need)
+                nodes.append(_node_of(arg) if need else None)
+            ctx.needs_input_grad = tuple(needs)
+            ctx.next_nodes = tuple(nodes)
         else:
             ctx.needs_input_grad = _NO_GRAD_NEEDED[len(args)] if len(args) < 8 \
                 else (False,) * len(args)
@@ -167,8 +172,6 @@ class Function:
             result._version = args[0]._version
         if not record:
             return result
-        ctx.next_nodes = tuple(_node_of(arg) if need else None
-                               for arg, need in zip(args, ctx.needs_input_grad))
         ctx.shape = out.shape
         ctx.dtype = out.dtype
         if ctx._saved:  # remember versions of saved inputs/outputs to catch in-place edits

@@ -46,8 +46,14 @@ class Tensor:
     @classmethod
     def _make(cls, array: Any, backend: Backend, requires_grad: bool) -> "Tensor":
         """Wrap an array without checks or copies (the fast path used by ops)."""
-        t = object.__new__(cls)
-        t._init(array, backend, requires_grad)
+        t = object.__new__(cls)  # the same fields as _init, set inline: this is the hot path
+        t.data = array
+        t.requires_grad = requires_grad
+        t.grad = None
+        t.grad_fn = None
+        t._backend = backend
+        t._version = [0]
+        t._accumulator = None
         return t
 
     # --- metadata -----------------------------------------------------------------------

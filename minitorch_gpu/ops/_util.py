@@ -12,7 +12,7 @@ SCALAR_TYPES = (int, float, bool, np.number, np.bool_)
 
 
 def shape_of(x: Any) -> tuple:
-    return tuple(x.shape) if hasattr(x, "shape") else ()
+    return getattr(x, "shape", ())  # a Python scalar has shape ()
 
 
 def as_tensor_like(value: Any, like: Tensor, op: str) -> Any:
