@@ -28,15 +28,19 @@ def as_tensor_like(value: Any, like: Tensor, op: str) -> Any:
 
 def binary_operands(a: Any, b: Any, op: str) -> tuple:
     """Lift the operands of a binary op and check their shapes broadcast."""
-    if not isinstance(a, Tensor):
-        if not isinstance(b, Tensor):
-            raise TypeError(f"{op}: expected at least one Tensor, got {type(a).__name__} "
-                            f"and {type(b).__name__}")
-        a = as_tensor_like(a, b, op)
-    elif not isinstance(b, Tensor):
+    if isinstance(a, Tensor) and isinstance(b, Tensor):  # the common case, kept cheap
+        if a.data.shape != b.data.shape:
+            check_broadcast(op, a.data.shape, b.data.shape)
+        return a, b
+    if isinstance(a, Tensor):
         b = as_tensor_like(b, a, op)
+    elif isinstance(b, Tensor):
+        a = as_tensor_like(a, b, op)
+    else:
+        raise TypeError(f"{op}: expected at least one Tensor, got {type(a).__name__} "
+                        f"and {type(b).__name__}")
     shape_a, shape_b = shape_of(a), shape_of(b)
-    if shape_a != shape_b and shape_a and shape_b:  # equal shapes and scalars always broadcast
+    if shape_a != shape_b and shape_a and shape_b:  # a scalar always broadcasts
         check_broadcast(op, shape_a, shape_b)
     return a, b
 
