@@ -6,6 +6,7 @@ copies only when it must. Strides are reported in elements, as ``torch.Tensor.st
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -25,35 +26,27 @@ class Tensor:
     __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_backend", "_version",
                  "_accumulator", "__weakref__")
 
-    def __init__(self, data: Any, requires_grad: bool = False,
-                 device: Union[str, Device, None] = None, dtype: Any = None) -> None:
+    def __new__(cls, data: Any, requires_grad: bool = False,
+                device: Union[str, Device, None] = None, dtype: Any = None) -> "Tensor":
         backend = get_backend(device) if device is not None else _backend_for(data)
         array = backend.asarray(data.data if isinstance(data, Tensor) else data,
                                 dtype=None if dtype is None else dtypes.as_dtype(dtype))
-        self._init(array, backend, False)
+        t = cls._make(array, backend, False)
         if requires_grad:
-            self.requires_grad_()
-
-    def _init(self, array: Any, backend: Backend, requires_grad: bool) -> None:
-        self.data = array
-        self.requires_grad = requires_grad
-        self.grad = None
-        self.grad_fn = None
-        self._backend = backend
-        self._version = [0]  # shared by views; bumped by in-place ops
-        self._accumulator = None
+            t.requires_grad_()
+        return t
 
     @classmethod
     def _make(cls, array: Any, backend: Backend, requires_grad: bool) -> "Tensor":
-        """Wrap an array without checks or copies (the fast path used by ops)."""
-        t = object.__new__(cls)  # the same fields as _init, set inline: this is the hot path
+        """Wrap an array without checks or copies (the fast path every op result takes)."""
+        t = object.__new__(cls)
         t.data = array
         t.requires_grad = requires_grad
         t.grad = None
         t.grad_fn = None
         t._backend = backend
-        t._version = [0]
-        t._accumulator = None
+        t._version = [0]  # shared by views; bumped by in-place ops
+        t._accumulator = None  # the AccumulateGrad node of a leaf, made on first use
         return t
 
     # --- metadata -----------------------------------------------------------------------
@@ -211,7 +204,6 @@ class Tensor:
     def retain_grad(self) -> None:
         """Keep ``.grad`` on this non-leaf tensor after backward (leaves always keep it)."""
         if self.grad_fn is not None:
-            import weakref
             self.grad_fn.retained = weakref.ref(self)
         elif not self.requires_grad:
             raise RuntimeError("retain_grad: the tensor does not require grad")
