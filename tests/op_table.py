@@ -323,6 +323,8 @@ MATMUL_SHAPES = [
     ("2d-3d", (3, 4), (2, 4, 5)),
     ("3d-1d", (2, 3, 4), (4,)),
     ("1d-3d", (3,), (2, 3, 4)),
+    ("3d-2d", (2, 3, 4), (4, 5)),  # a linear layer: folded into one GEMM
+    ("4d-2d", (2, 1, 3, 4), (4, 2)),
 ]
 for _tag, _a, _b in MATMUL_SHAPES:
     case(f"matmul-{_tag}", lambda a, b: a @ b, np.matmul, Float(_a), Float(_b),

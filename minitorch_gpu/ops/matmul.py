@@ -18,12 +18,24 @@ class MatMul(Function):
         need_a, need_b = ctx.needs_input_grad
         ctx.save_for_backward(a if need_b else None, b if need_a else None)
         ctx.a_shape, ctx.b_shape = a.shape, b.shape
+        if a.ndim > 2 and b.ndim == 2:  # (..., m, k) @ (k, n): a linear layer
+            # one (M, k) @ (k, n) GEMM over all leading dims, not one small GEMM per batch
+            out = ctx.xp.matmul(a.reshape(-1, a.shape[-1]), b)
+            return out.reshape(a.shape[:-1] + (b.shape[1],))
         return ctx.xp.matmul(a, b)
 
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
         a, b = ctx.saved_tensors
+        if len(ctx.a_shape) > 2 and len(ctx.b_shape) == 2:
+            g = grad.reshape(-1, grad.shape[-1])  # (M, n)
+            grad_a = grad_b = None
+            if b is not None:
+                grad_a = xp.matmul(g, b.T).reshape(ctx.a_shape)  # (M, n) @ (n, k)
+            if a is not None:  # (k, M) @ (M, n): the sum over the batch is inside the GEMM
+                grad_b = xp.matmul(a.reshape(-1, a.shape[-1]).T, g)
+            return grad_a, grad_b
         a_vec, b_vec = len(ctx.a_shape) == 1, len(ctx.b_shape) == 1
         # A 1-D a acts as a (1, k) row and a 1-D b as a (k, 1) column; put those dims back.
         g = grad
