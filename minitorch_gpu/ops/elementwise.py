@@ -193,6 +193,8 @@ class Gelu(Function):
     """GELU, x * Phi(x): exact (erf) or the tanh approximation GPT-2 uses.
 
     Only x is saved; backward recomputes tanh/erf rather than storing a second activation.
+    The tanh form works in place in two or three buffers: on large activations a fresh
+    temporary per step (and its page faults) would cost more than the arithmetic.
     """
 
     @staticmethod
@@ -201,8 +203,16 @@ class Gelu(Function):
         ctx.save_for_backward(a)
         ctx.approximate = approximate
         if approximate == "tanh":
-            inner = _SQRT_2_OVER_PI * (a + 0.044715 * a * a * a)
-            return (0.5 * a * (1 + xp.tanh(inner))).astype(a.dtype, copy=False)
+            out = xp.multiply(a, a, out=xp.empty_like(a))  # out=: a 0-d result stays an array
+            out *= 0.044715
+            out += 1
+            out *= a
+            out *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
+            xp.tanh(out, out=out)
+            out += 1
+            out *= a
+            out *= 0.5  # 0.5 x (1 + tanh(...))
+            return out
         return (0.5 * a * (1 + ctx.backend.erf(a * _INV_SQRT_2))).astype(a.dtype, copy=False)
 
     @staticmethod
@@ -210,13 +220,26 @@ class Gelu(Function):
         xp = ctx.xp
         (a,) = ctx.saved_tensors
         if ctx.approximate == "tanh":
-            a2 = a * a
-            t = xp.tanh(_SQRT_2_OVER_PI * (a + 0.044715 * a2 * a))
-            d_inner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * a2)
-            local = 0.5 * (1 + t) + 0.5 * a * (1 - t * t) * d_inner
-        else:
-            cdf = 0.5 * (1 + ctx.backend.erf(a * _INV_SQRT_2))
-            local = cdf + a * _INV_SQRT_2PI * xp.exp(-0.5 * a * a)
+            # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+            slope = xp.multiply(a, a, out=xp.empty_like(a))
+            t = xp.multiply(slope, 0.044715, out=xp.empty_like(a))
+            t += 1
+            t *= a
+            t *= _SQRT_2_OVER_PI
+            xp.tanh(t, out=t)
+            slope *= 3 * 0.044715
+            slope += 1
+            slope *= _SQRT_2_OVER_PI  # d(inner)/dx
+            slope *= a
+            slope *= 0.5
+            slope *= 1 - t * t  # 0.5 x (1 - t^2) d(inner)/dx
+            t += 1
+            t *= 0.5
+            t += slope
+            t *= grad
+            return t, None
+        cdf = 0.5 * (1 + ctx.backend.erf(a * _INV_SQRT_2))
+        local = cdf + a * _INV_SQRT_2PI * xp.exp(-0.5 * a * a)
         return (grad * local, None)
 
 

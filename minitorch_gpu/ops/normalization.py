@@ -32,19 +32,28 @@ class LayerNorm(Function):
 
     @staticmethod
     def backward(ctx, grad):
+        xp = ctx.xp
         x, mean, rstd, weight = ctx.saved_tensors
         axes = ctx.axes
         batch_axes = tuple(range(x.ndim - len(axes)))
-        x_hat = (x - mean) * rstd
         need_x, need_w, need_b = ctx.needs_input_grad[:3]  # then axes and eps
-        grad_w = (grad * x_hat).sum(axis=batch_axes) if need_w else None
+        # three activation-sized buffers in all (x_hat, g_hat, scratch), reused in place
+        x_hat = x - mean
+        x_hat *= rstd
         grad_b = grad.sum(axis=batch_axes) if need_b else None
+        scratch = grad * x_hat
+        grad_w = scratch.sum(axis=batch_axes) if need_w else None
         grad_x = None
         if need_x:
-            g_hat = grad * weight if weight is not None else grad  # dL/dx_hat
+            if weight is not None:
+                g_hat = grad * weight  # dL/dx_hat
+                xp.multiply(g_hat, x_hat, out=scratch)
+            else:
+                g_hat = grad  # scratch already holds g_hat * x_hat
             # dL/dx = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))
-            grad_x = g_hat - g_hat.mean(axis=axes, keepdims=True)
-            grad_x -= x_hat * (g_hat * x_hat).mean(axis=axes, keepdims=True)
+            x_hat *= scratch.mean(axis=axes, keepdims=True)
+            grad_x = xp.subtract(g_hat, g_hat.mean(axis=axes, keepdims=True), out=scratch)
+            grad_x -= x_hat
             grad_x *= rstd
         return grad_x, grad_w, grad_b, None, None
 
