@@ -208,6 +208,26 @@ class Tensor:
         elif not self.requires_grad:
             raise RuntimeError("retain_grad: the tensor does not require grad")
 
+    # --- copying and pickling ------------------------------------------------------------
+    def __deepcopy__(self, memo: dict) -> "Tensor":
+        """A leaf with its own copy of the data (and of ``.grad``), as torch's deepcopy."""
+        if not self.is_leaf:
+            raise RuntimeError("deepcopy: only leaf tensors can be deep-copied; detach() the "
+                               "tensor first")
+        out = Tensor._make(self.data.copy(), self._backend, self.requires_grad)
+        if self.grad is not None:
+            out.grad = Tensor._make(self.grad.data.copy(), self._backend, False)
+        memo[id(self)] = out
+        return out
+
+    def __reduce__(self) -> tuple:
+        """Pickle as (NumPy data, device, requires_grad); the graph is not pickled."""
+        if not self.is_leaf:
+            raise RuntimeError("pickle: only leaf tensors can be pickled; detach() the tensor "
+                               "first")
+        return (_rebuild, (self._backend.to_numpy(self.data), str(self.device),
+                           self.requires_grad))
+
     # --- autograd -----------------------------------------------------------------------
     def backward(self, gradient: Any = None, retain_graph: bool = False) -> None:
         """Accumulate gradients of this tensor into every leaf that requires grad."""
@@ -551,6 +571,12 @@ class Tensor:
 
 
 # --- helpers ------------------------------------------------------------------------------
+def _rebuild(array: np.ndarray, device: str, requires_grad: bool) -> Tensor:
+    """Unpickle a tensor (see ``Tensor.__reduce__``)."""
+    backend = get_backend(device)
+    return Tensor._make(backend.asarray(array), backend, requires_grad)
+
+
 def _backend_for(data: Any) -> Backend:
     if isinstance(data, Tensor):
         return data._backend

@@ -146,3 +146,21 @@ def test_erf_matches_math_erf():
     expected = np.array([math.erf(v) for v in x])
     np.testing.assert_allclose(_erf(x), expected, rtol=2e-15, atol=2e-15)
     assert _erf(np.float32(0.5).reshape(1)).dtype == np.float32
+
+
+def test_deepcopy_and_pickle_keep_the_backend_and_copy_the_data(device):
+    import copy
+    import pickle
+
+    x = mt.randn(3, device=device, requires_grad=True)
+    (x * 2).sum().backward()
+    for clone in (copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
+        assert clone.backend is x.backend  # one backend per device: ops can mix them
+        assert clone.requires_grad and clone.is_leaf
+        assert clone.data_ptr() != x.data_ptr()
+        assert clone.tolist() == x.tolist()
+        assert (clone + x).shape == (3,)
+    assert copy.deepcopy(x).grad.tolist() == [2.0, 2.0, 2.0]
+    assert copy.deepcopy(x.backend) is x.backend
+    with pytest.raises(RuntimeError, match="only leaf tensors"):
+        copy.deepcopy(x * 2)

@@ -92,6 +92,17 @@ class Backend:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device})"
 
+    # One Backend per device per process: copies and unpickled tensors share it.
+    def __reduce__(self) -> tuple:
+        from . import get_backend
+        return (get_backend, (str(self.device),))
+
+    def __copy__(self) -> "Backend":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "Backend":
+        return self
+
     # --- arrays -----------------------------------------------------------------------
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> Any:
         """``data`` (Python numbers/lists, a NumPy or this backend's array) as an array here."""
