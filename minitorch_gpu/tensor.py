@@ -426,6 +426,18 @@ class Tensor:
     def sqrt(self) -> "Tensor":
         return _ops.sqrt(self)
 
+    def sin(self) -> "Tensor":
+        return _ops.sin(self)
+
+    def cos(self) -> "Tensor":
+        return _ops.cos(self)
+
+    def tril(self, diagonal: int = 0) -> "Tensor":
+        return _ops.tril(self, diagonal)
+
+    def triu(self, diagonal: int = 0) -> "Tensor":
+        return _ops.triu(self, diagonal)
+
     def tanh(self) -> "Tensor":
         return _ops.tanh(self)
 

@@ -225,6 +225,8 @@ UNARY = [  # (name, fn, ref, dist, offset, in the float32 subset)
     ("log", lambda x: x.log(), np.log, "positive", 0.0, True),
     ("sqrt", lambda x: x.sqrt(), np.sqrt, "positive", 0.0, True),
     ("tanh", mt.tanh, np.tanh, "normal", 0.0, True),
+    ("sin", mt.sin, np.sin, "normal", 0.0, False),
+    ("cos", lambda x: x.cos(), np.cos, "normal", 0.0, False),
     ("sigmoid", lambda x: x.sigmoid(), lambda x: 1.0 / (1.0 + np.exp(-x)), "normal", 0.0, True),
     # kinks at 0: the grid shifted by 0.05 keeps every value >= 0.04 away from it
     ("relu", F.relu, lambda x: np.maximum(x, 0.0), "distinct", 0.05, True),
@@ -245,6 +247,9 @@ for _name, _fn, _ref, _dist, _offset, _float32 in UNARY:
     case(f"{_name}-odd", _fn, _ref, Float((3, 5), _dist, _offset), float32=_float32)
     case(f"{_name}-3d", _fn, _ref, Float((2, 3, 4), _dist, _offset))
     case(f"{_name}-0d", _fn, _ref, Float((), _dist, _offset))
+case("tril", lambda x: x.tril(), np.tril, Float((4, 5)))
+case("tril-batched-above", lambda x: mt.tril(x, 1), lambda x: np.tril(x, 1), Float((2, 4, 5)))
+case("triu-below", lambda x: mt.triu(x, diagonal=-1), lambda x: np.triu(x, -1), Float((5, 4)))
 case("sigmoid-large", lambda x: (x * 40).sigmoid(), lambda x: 1.0 / (1.0 + np.exp(-40 * x)),
      Float((3, 5)))
 

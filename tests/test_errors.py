@@ -59,6 +59,7 @@ F = mt.functional
     (lambda: mt.stack([mt.randn(2), mt.randn(3)]), ValueError, r"stack: tensor 1 has shape \(3,\)"),
     (lambda: mt.randn(3)[1.5], IndexError, "float index"),
     (lambda: mt.randn(3).sum(dim=(0, 0)), ValueError, "sum: dim .* names a dim twice"),
+    (lambda: mt.tril(mt.randn(3)), ValueError, r"tril: expected a tensor of at least 2 dims, got shape \(3,\)"),
     (lambda: mt.randn(2, 2).item(), ValueError, r"item: only a one-element tensor.*\(2, 2\)"),
     (lambda: mt.randn(3, requires_grad=True).numpy(), RuntimeError, r"use tensor.detach\(\).numpy\(\)"),
     (lambda: mt.add(1, 2), TypeError, "add: expected at least one Tensor"),

@@ -102,10 +102,11 @@ class Pow(Function):
         a, b, out = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
         grad_a = grad_b = None
-        if need_a:  # d/da a^b = b a^(b-1)
-            grad_a = grad * b * xp.power(a, b - 1)
-        if need_b:  # d/db a^b = a^b log a  (taken as 0 where a == 0, as PyTorch does)
-            grad_b = grad * out * xp.log(xp.where(a == 0, 1, a))
+        if need_a:  # d/da a^b = b a^(b-1), exactly 0 where b == 0 (a^0 is constant, even at 0)
+            grad_a = xp.where(b == 0, 0, grad * b * xp.power(a, b - 1))
+        if need_b:  # d/db a^b = a^b log a; 0 at a == 0 with b >= 0 (as PyTorch), -inf for b < 0
+            log_a = xp.where(a == 0, -xp.inf, xp.log(xp.where(a == 0, 1, a)))
+            grad_b = xp.where((a == 0) & (b >= 0), 0, grad * out * log_a)
         return grad_a, grad_b
 
 
@@ -133,6 +134,30 @@ class Log(Function):
     def backward(ctx, grad):
         (a,) = ctx.saved_tensors
         return grad / a
+
+
+class Sin(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.sin(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad * ctx.xp.cos(a)
+
+
+class Cos(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.cos(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return -grad * ctx.xp.sin(a)
 
 
 class Sqrt(Function):
@@ -341,6 +366,20 @@ class MaskedFill(Function):
         return ctx.xp.where(mask, ctx.xp.zeros((), dtype=grad.dtype), grad), None, None
 
 
+class Triangle(Function):
+    """tril/triu: keep the elements on and below (or above) a diagonal of the last two dims;
+    the gradient passes through the same elements."""
+
+    @staticmethod
+    def forward(ctx, a, diagonal, upper):
+        ctx.diagonal, ctx.upper = diagonal, upper
+        return (ctx.xp.triu if upper else ctx.xp.tril)(a, k=diagonal)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (ctx.xp.triu if ctx.upper else ctx.xp.tril)(grad, k=ctx.diagonal), None, None
+
+
 # --- functional wrappers ------------------------------------------------------------------
 def add(a: Any, b: Any) -> Tensor:
     return Add.apply(*binary_operands(a, b, "add"))
@@ -384,6 +423,33 @@ def log(a: Tensor) -> Tensor:
 
 def sqrt(a: Tensor) -> Tensor:
     return Sqrt.apply(require_tensor(a, "sqrt"))
+
+
+def sin(a: Tensor) -> Tensor:
+    return Sin.apply(require_tensor(a, "sin"))
+
+
+def cos(a: Tensor) -> Tensor:
+    return Cos.apply(require_tensor(a, "cos"))
+
+
+def _triangle(a: Tensor, diagonal: int, upper: bool) -> Tensor:
+    op = "triu" if upper else "tril"
+    require_tensor(a, op)
+    if a.ndim < 2:
+        raise ValueError(f"{op}: expected a tensor of at least 2 dims, got shape {tuple(a.shape)}")
+    return Triangle.apply(a, int(diagonal), upper)
+
+
+def tril(a: Tensor, diagonal: int = 0) -> Tensor:
+    """Zero the elements above the ``diagonal``-th diagonal of the last two dims
+    (``mt.tril(mt.ones(T, T))`` is a causal mask)."""
+    return _triangle(a, diagonal, False)
+
+
+def triu(a: Tensor, diagonal: int = 0) -> Tensor:
+    """Zero the elements below the ``diagonal``-th diagonal of the last two dims."""
+    return _triangle(a, diagonal, True)
 
 
 def tanh(a: Tensor) -> Tensor:
