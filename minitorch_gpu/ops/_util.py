@@ -58,15 +58,18 @@ def check_broadcast(op: str, *shapes: tuple) -> tuple:
 
 
 def normalize_dims(dim: Any, ndim: int, op: str) -> Optional[tuple]:
-    """``dim`` (None, an int or a sequence of ints) as a sorted tuple of non-negative dims."""
+    """``dim`` (None, an int or a sequence of ints) as a sorted tuple of non-negative dims,
+    or None for all dims: as in PyTorch, an empty sequence means all dims, and a 0-d tensor
+    accepts dim 0 or -1 (there is nothing to reduce)."""
     if dim is None:
         return None
     if isinstance(dim, (list, tuple)):
         dims = tuple(sorted(_wrap_dim(d, ndim, op) for d in dim))
         if len(set(dims)) != len(dims):
             raise ValueError(f"{op}: dim {tuple(dim)} names a dim twice")
-        return dims
-    return (_wrap_dim(dim, ndim, op),)
+        return dims if dims and ndim else None
+    dims = (_wrap_dim(dim, ndim, op),)
+    return dims if ndim else None
 
 
 def reduced_count(shape: tuple, axes: Optional[tuple]) -> int:

@@ -1,7 +1,8 @@
 """Reductions over any dims with ``keepdim``: sum, mean, var/std, amax/amin, max/min, arg*.
 
 The backward of a reduction broadcasts the gradient back over the reduced dims: a view
-of the gradient (``broadcast_to``), not a copy.
+of the gradient (``broadcast_to``), not a copy. Results are row-major (``order="C"``) even
+for a permuted input, as in PyTorch, so ``.view`` works on them.
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ class Sum(Function):
     @staticmethod
     def forward(ctx, a, axes, keepdim):
         ctx.in_shape, ctx.axes, ctx.keepdim = a.shape, axes, keepdim
-        return ctx.xp.asarray(a.sum(axis=axes, keepdims=keepdim))
+        # integer and bool sums are int64 (NumPy would give uint64 for unsigned inputs)
+        dtype = ctx.xp.int64 if a.dtype.kind in "iub" else None
+        return ctx.xp.asarray(a.sum(axis=axes, keepdims=keepdim, dtype=dtype), order="C")
 
     @staticmethod
     def backward(ctx, grad):
@@ -33,7 +36,7 @@ class Mean(Function):
     def forward(ctx, a, axes, keepdim):
         ctx.in_shape, ctx.axes, ctx.keepdim = a.shape, axes, keepdim
         ctx.count = reduced_count(a.shape, axes)
-        return ctx.xp.asarray(a.mean(axis=axes, keepdims=keepdim))
+        return ctx.xp.asarray(a.mean(axis=axes, keepdims=keepdim), order="C")
 
     @staticmethod
     def backward(ctx, grad):
@@ -52,15 +55,16 @@ class Var(Function):
         ctx.save_for_backward(centered)
         ctx.axes, ctx.keepdim, ctx.dof = axes, keepdim, dof
         out = (centered * centered).sum(axis=axes, keepdims=keepdim) / builtins.max(dof, 0)
-        return xp.asarray(out, dtype=a.dtype)
+        return xp.asarray(out, dtype=a.dtype, order="C")
 
     @staticmethod
     def backward(ctx, grad):
         (centered,) = ctx.saved_tensors
         grad = expand_reduced(grad, centered.shape, ctx.axes, ctx.keepdim, ctx.xp)
-        # no degrees of freedom left (e.g. unbiased over one element): the variance is nan,
-        # and so is its gradient (as in PyTorch), rather than a ZeroDivisionError
-        scale = 2.0 / ctx.dof if ctx.dof > 0 else float("nan")
+        # no degrees of freedom left: the variance divides by 0, and so does its gradient
+        # (as in PyTorch: nan where centered is 0, e.g. unbiased over one element, else
+        # +-inf), rather than a ZeroDivisionError
+        scale = 2.0 / ctx.dof if ctx.dof > 0 else float("inf")
         return grad * centered * scale, None, None, None
 
 
@@ -75,7 +79,7 @@ class Extremum(Function):
         if not keepdim:
             out = out.reshape([n for i, n in enumerate(out.shape)
                                if axes is not None and i not in axes])
-        return ctx.xp.asarray(out)
+        return ctx.xp.asarray(out, order="C")
 
     @staticmethod
     def backward(ctx, grad):
@@ -109,6 +113,8 @@ def _correction(op: str, unbiased: Optional[bool], correction: Optional[int]) ->
 def var(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False,
         *, correction: Optional[int] = None) -> Tensor:
     require_tensor(a, "var")
+    if a.dtype.kind in "iub":
+        raise TypeError(f"var/std: expected a floating-point input, got {a.dtype}")
     return Var.apply(a, normalize_dims(dim, a.ndim, "var"), keepdim,
                      _correction("var", unbiased, correction))
 
@@ -118,30 +124,39 @@ def std(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bo
     return var(a, dim, unbiased, keepdim, correction=correction).sqrt()
 
 
-def _check_nonempty(a: Tensor, op: str) -> None:
-    if a.data.size == 0:
-        raise ValueError(f"{op}: expected a non-empty tensor, got shape {tuple(a.shape)}")
+def _check_nonempty(a: Tensor, op: str, axes: Optional[tuple] = None) -> None:
+    """An extremum needs an element in each group it reduces: the whole tensor, or the
+    ``axes`` (an empty tensor reduced along a non-empty dim gives an empty result)."""
+    sizes = a.shape if axes is None else [a.shape[d] for d in axes]
+    if 0 in sizes:
+        raise ValueError(f"{op}: expected a non-empty tensor, got shape {tuple(a.shape)}"
+                         + ("" if axes is None else f" reduced over dims {axes}"))
 
 
 def amax(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     require_tensor(a, "amax")
-    _check_nonempty(a, "amax")
-    return Extremum.apply(a, normalize_dims(dim, a.ndim, "amax"), keepdim, True)
+    axes = normalize_dims(dim, a.ndim, "amax")
+    _check_nonempty(a, "amax", axes)
+    return Extremum.apply(a, axes, keepdim, True)
 
 
 def amin(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     require_tensor(a, "amin")
-    _check_nonempty(a, "amin")
-    return Extremum.apply(a, normalize_dims(dim, a.ndim, "amin"), keepdim, False)
+    axes = normalize_dims(dim, a.ndim, "amin")
+    _check_nonempty(a, "amin", axes)
+    return Extremum.apply(a, axes, keepdim, False)
 
 
 def _max_min(a: Tensor, dim: Optional[int], keepdim: bool, largest: bool) -> Any:
     op = "max" if largest else "min"
     require_tensor(a, op)
-    _check_nonempty(a, op)
     if dim is None:
+        _check_nonempty(a, op)
         return Extremum.apply(a, None, False, largest)
     dim = _wrap_dim(dim, a.ndim, op)
+    if a.ndim == 0:  # one element: itself, at index 0
+        return MinMax(Extremum.apply(a, None, False, largest), (argmax if largest else argmin)(a))
+    _check_nonempty(a, op, (dim,))
     indices = (argmax if largest else argmin)(a, dim, keepdim=True)
     values = gather(a, dim, indices)
     if not keepdim:
@@ -161,7 +176,10 @@ def min(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Any:  # 
 
 def _arg(a: Tensor, dim: Optional[int], keepdim: bool, op: str) -> Tensor:
     require_tensor(a, op)
-    _check_nonempty(a, op)
+    if dim is not None and a.ndim == 0:
+        _wrap_dim(dim, 0, op)  # 0 and -1 name the one "dim" of a 0-d tensor
+        dim = None
+    _check_nonempty(a, op, None if dim is None else (_wrap_dim(dim, a.ndim, op),))
     xp = a._backend.xp
     fn = xp.argmax if op == "argmax" else xp.argmin
     if dim is None:  # an index into the flattened tensor, as PyTorch

@@ -280,7 +280,8 @@ def transpose(a: Tensor, dim0: int, dim1: int) -> Tensor:
     require_tensor(a, "transpose")
     dims = list(range(a.ndim))
     d0, d1 = _wrap_dim(dim0, a.ndim, "transpose"), _wrap_dim(dim1, a.ndim, "transpose")
-    dims[d0], dims[d1] = dims[d1], dims[d0]
+    if a.ndim:  # a 0-d tensor accepts dims 0 and -1 and stays as it is (still a view)
+        dims[d0], dims[d1] = dims[d1], dims[d0]
     return Permute.apply(a, tuple(dims))
 
 
@@ -306,7 +307,8 @@ def squeeze(a: Tensor, dim: Any = None) -> Tensor:
         drop = {i for i, n in enumerate(a.shape) if n == 1}
     else:
         dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-        drop = {d for d in (_wrap_dim(d, a.ndim, "squeeze") for d in dims) if a.shape[d] == 1}
+        drop = {d for d in (_wrap_dim(d, a.ndim, "squeeze") for d in dims)
+                if a.ndim and a.shape[d] == 1}  # a 0-d tensor accepts dim 0 and stays 0-d
     if not drop:
         return a
     return ReshapeView.apply(a, tuple(n for i, n in enumerate(a.shape) if i not in drop))

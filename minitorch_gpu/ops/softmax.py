@@ -22,6 +22,8 @@ def working_copy(x: Any) -> Any:
 
 def softmax_(x: Any, axis: int, xp: Any) -> Any:
     """Softmax of ``x`` along ``axis``, computed in place in ``x`` (which it returns)."""
+    if x.size == 0:  # nothing to normalise (and max has no identity)
+        return x
     x -= x.max(axis=axis, keepdims=True)  # exp of <= 0 cannot overflow
     xp.exp(x, out=x)
     x /= x.sum(axis=axis, keepdims=True)
@@ -49,8 +51,9 @@ class LogSoftmax(Function):
     def forward(ctx, a, axis):
         xp = ctx.xp
         shifted = working_copy(a)
-        shifted -= shifted.max(axis=axis, keepdims=True)
-        shifted -= xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+        if shifted.size:  # an empty input has nothing to normalise (and max has no identity)
+            shifted -= shifted.max(axis=axis, keepdims=True)
+            shifted -= xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
         out = shifted.astype(a.dtype, copy=False)
         ctx.save_for_backward(out)
         ctx.axis = axis

@@ -1,0 +1,109 @@
+"""Behaviours a PyTorch user takes for granted, each pinned with hard-coded expectations:
+gradients at the edges of an op's domain, reductions over unusual dims, memory layout of
+results, indexing, dtype promotion and the factories' arguments."""
+import numpy as np
+import pytest
+
+import minitorch_gpu as mt
+import minitorch_gpu.functional as F
+
+
+def grad_of(fn, values, dtype="float64", device="cpu"):
+    x = mt.tensor(values, dtype=dtype, device=device, requires_grad=True)
+    fn(x).sum().backward()
+    return x.grad.cpu().numpy()
+
+
+# --- pow at zero ------------------------------------------------------------------------
+def test_pow_with_exponent_zero_has_zero_gradient_even_at_base_zero(device):
+    # x ** 0 is the constant 1: its gradient is 0 everywhere, not 0 * 0^-1 = nan at 0
+    np.testing.assert_array_equal(grad_of(lambda x: x ** 0, [-2.0, 0.0, 3.0], device=device),
+                                  [0.0, 0.0, 0.0])
+    e = mt.tensor([0.0, 2.0], dtype="float64", device=device)
+    np.testing.assert_array_equal(grad_of(lambda x: x ** e, [0.0, 0.0], device=device),
+                                  [0.0, 0.0])
+
+
+def test_pow_gradient_for_the_exponent_at_base_zero(device):
+    base = mt.tensor([0.0, 0.0, 0.0], dtype="float64", device=device)
+    e = mt.tensor([-1.0, 0.0, 2.0], dtype="float64", device=device, requires_grad=True)
+    (base ** e).sum().backward()
+    # d/de 0^e: 0 for e >= 0 (as PyTorch), inf * log(0) = -inf for e < 0 (not nan)
+    np.testing.assert_array_equal(e.grad.cpu().numpy(), [-np.inf, 0.0, 0.0])
+
+
+# --- reductions over unusual dims --------------------------------------------------------
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin", "var", "std"])
+def test_empty_dim_tuple_reduces_every_dim(device, op):
+    values = np.arange(6.0).reshape(2, 3)
+    x = mt.tensor(values, dtype="float64", device=device)
+    expected = {"sum": 15.0, "mean": 2.5, "amax": 5.0, "amin": 0.0,
+                "var": np.var(values, ddof=1), "std": np.std(values, ddof=1)}[op]
+    out = getattr(x, op)(())
+    assert out.shape == ()
+    assert out.item() == pytest.approx(expected)
+    assert getattr(x, op)((), keepdim=True).shape == (1, 1)
+
+
+@pytest.mark.parametrize("dim", [0, -1, (0,), ()])
+def test_reductions_of_a_0d_tensor_accept_dim_0_and_minus_1(device, dim):
+    x = mt.tensor(3.0, dtype="float64", device=device, requires_grad=True)
+    for op in ("sum", "mean", "amax", "amin"):
+        out = getattr(x, op)(dim, keepdim=True)
+        assert out.shape == () and out.item() == 3.0
+    x.sum(dim).backward()
+    assert x.grad.item() == 1.0
+
+
+def test_max_min_argmax_of_a_0d_tensor_along_dim_0(device):
+    x = mt.tensor(3.0, device=device)
+    values, indices = x.max(0)
+    assert (values.item(), indices.item()) == (3.0, 0)
+    values, indices = x.min(-1, keepdim=True)
+    assert values.shape == () and indices.shape == ()
+    assert x.argmax(0).item() == 0 and x.argmin(-1, keepdim=True).shape == ()
+    with pytest.raises(IndexError):
+        x.argmax(1)
+
+
+def test_transpose_and_squeeze_of_a_0d_tensor_keep_it(device):
+    x = mt.tensor(3.0, device=device)
+    assert x.transpose(0, -1).shape == () and x.squeeze(0).shape == ()
+
+
+def test_extrema_of_an_empty_tensor_along_a_nonempty_dim_are_empty(device):
+    x = mt.zeros(0, 3, device=device)
+    assert x.amax(1).shape == (0,)
+    assert x.amin(1, keepdim=True).shape == (0, 1)
+    values, indices = x.max(1)
+    assert values.shape == (0,) and indices.shape == (0,)
+    assert x.argmax(1).shape == (0,)
+    for reduce in (lambda: x.amax(0), lambda: x.max(0), lambda: x.argmin(0), lambda: x.max()):
+        with pytest.raises(ValueError, match="non-empty"):
+            reduce()
+
+
+def test_softmax_of_an_empty_tensor_is_empty(device):
+    x = mt.zeros(2, 0, device=device)
+    assert x.softmax(-1).shape == (2, 0)
+    assert x.log_softmax(1).shape == (2, 0)
+
+
+def test_var_and_std_refuse_integer_input():
+    for op in (lambda x: x.var(), lambda x: x.std(0)):
+        with pytest.raises(TypeError, match="floating-point"):
+            op(mt.tensor([1, 2, 3]))
+
+
+def test_var_gradient_without_degrees_of_freedom_is_inf_not_nan(device):
+    # correction 2 over 2 elements divides by 0: +-inf where the input is off its mean
+    g = grad_of(lambda x: x.var(0, correction=2), [[1.0], [3.0]], device=device)
+    np.testing.assert_array_equal(g, [[-np.inf], [np.inf]])
+    # one element, unbiased: the centered value is 0, so the gradient is 0 * inf = nan
+    assert np.isnan(grad_of(lambda x: x.var(), [2.0], device=device)).all()
+
+
+def test_integer_sums_are_int64(device):
+    x = mt.tensor([200, 100], dtype="uint8", device=device)
+    assert x.sum().dtype == mt.int64 and x.sum().item() == 300
+    assert (x > 150).sum(0).dtype == mt.int64
