@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import minitorch_gpu as mt
-from minitorch_gpu.ops.shape import view_strides
+from minitorch_gpu.ops.shape import contiguous_strides, view_strides
 
 
 def shares(a, b):
@@ -152,3 +152,32 @@ def test_detach_shares_memory_but_not_the_graph(device):
     assert not y.requires_grad and y.grad_fn is None
     d = x.detach()
     assert shares(x, d)
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: x.sum(0), lambda x: x.mean(-1, keepdim=True), lambda x: x.var(0),
+    lambda x: x.amax(1), lambda x: mt.cat([x, x], 0), lambda x: mt.stack([x, x], 1),
+    lambda x: x[:, mt.tensor([0, 2], device=x.device)], lambda x: x[x > 3],
+    lambda x: x.masked_fill(x > 3, 0.0),
+], ids=["sum", "mean", "var", "amax", "cat", "stack", "int-index", "bool-index", "masked_fill"])
+def test_copying_ops_on_permuted_inputs_return_row_major_results(device, op):
+    # PyTorch lays these results out row-major whatever the input's layout, so .view of
+    # them works; NumPy would keep the permuted layout
+    base = np.arange(24.0).reshape(2, 3, 4)
+    x = mt.tensor(base, device=device).permute(2, 1, 0)  # (4, 3, 2), strides (1, 4, 12)
+    y = op(x)
+    assert y.is_contiguous() and y.stride() == contiguous_strides(y.shape)
+    assert y.view(-1).shape == (y.numel(),)
+    np.testing.assert_array_equal(y.cpu().numpy(), op(mt.tensor(base.transpose(2, 1, 0).copy(),
+                                                                device=device)).cpu().numpy())
+
+
+def test_a_0d_integer_tensor_indexes_like_an_int(device):
+    x = mt.arange(12, dtype="float32", device=device).view(4, 3)
+    i = mt.tensor(2, device=device)
+    y = x[i]
+    assert y.shape == (3,) and shares(x, y)  # a view, as x[2]
+    assert x[i, mt.tensor(1, device=device)].item() == 7.0
+    x[i] = 0.0
+    assert x.sum().item() == sum(range(12)) - (6 + 7 + 8)
+    assert x[mt.tensor([2], device=device)].shape == (1, 3)  # a 1-d index still gathers

@@ -358,7 +358,9 @@ class MaskedFill(Function):
     @staticmethod
     def forward(ctx, a, mask, value):
         ctx.save_for_backward(mask)
-        return ctx.xp.where(mask, ctx.xp.asarray(value, dtype=a.dtype), a)
+        xp = ctx.xp
+        out = xp.where(mask, xp.asarray(value, dtype=a.dtype), a)
+        return xp.asarray(out, order="C")  # row-major like PyTorch's, whatever a's layout
 
     @staticmethod
     def backward(ctx, grad):

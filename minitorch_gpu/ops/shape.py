@@ -2,6 +2,9 @@
 slicing, narrow/split/chunk, cat/stack, integer-array indexing and gather, copies and casts.
 
 A view shares memory with its input: only shape and strides change (O(1), no copy).
+Ops that copy (cat, stack, advanced indexing) return row-major arrays whatever the
+inputs' layout, as PyTorch does (NumPy would keep a permuted layout, and ``.view`` of the
+result would then fail where PyTorch's succeeds).
 """
 from __future__ import annotations
 
@@ -148,7 +151,7 @@ class Gather(Function):
     @staticmethod
     def forward(ctx, a, key):
         ctx.in_shape, ctx.key = a.shape, key
-        return a[key]
+        return ctx.xp.asarray(a[key], order="C")
 
     @staticmethod
     def backward(ctx, grad):
@@ -198,7 +201,7 @@ class Cat(Function):
     def forward(ctx, *arrays, dim):
         ctx.dim = dim
         ctx.sizes = [a.shape[dim] for a in arrays]
-        return ctx.xp.concatenate(arrays, axis=dim)
+        return ctx.xp.asarray(ctx.xp.concatenate(arrays, axis=dim), order="C")
 
     @staticmethod
     def backward(ctx, grad):
@@ -211,7 +214,7 @@ class Stack(Function):
     @staticmethod
     def forward(ctx, *arrays, dim):
         ctx.dim = dim
-        return ctx.xp.stack(arrays, axis=dim)
+        return ctx.xp.asarray(ctx.xp.stack(arrays, axis=dim), order="C")
 
     @staticmethod
     def backward(ctx, grad):
@@ -354,7 +357,8 @@ def index_key(key: Any, tensor: Tensor) -> Any:
             if k.dtype.kind not in "iub":
                 raise IndexError(f"indexing: index tensors must be integer or bool, got "
                                  f"{k.dtype}")
-            k = k.data
+            # a 0-d integer tensor indexes like the int it holds (a view, as in PyTorch)
+            k = int(k.item()) if k.ndim == 0 and k.dtype.kind in "iu" else k.data
         elif isinstance(k, (list, np.ndarray)):
             k = tensor._backend.asarray(k)
             if k.dtype.kind not in "iub":
