@@ -266,6 +266,9 @@ class Tensor:
         raise TypeError("only integer tensors of one element can be used as an index")
 
     __hash__ = object.__hash__
+    # NumPy defers to our reflected operators: np.float64(2) * t is a Tensor (in the graph),
+    # not an ndarray made through __array__
+    __array_ufunc__ = None
 
     def __iter__(self) -> Iterator["Tensor"]:
         if self.ndim == 0:
@@ -334,13 +337,13 @@ class Tensor:
         return _ops.ge(self, other)
 
     def __and__(self, other: Any) -> "Tensor":
-        return _ops.logical_and(self, other)
+        return _ops.bitwise_and(self, other)
 
     def __or__(self, other: Any) -> "Tensor":
-        return _ops.logical_or(self, other)
+        return _ops.bitwise_or(self, other)
 
     def __invert__(self) -> "Tensor":
-        return _ops.logical_not(self)
+        return _ops.bitwise_not(self)
 
     # --- in-place updates (refused on tensors that require grad while grad is on) --------
     def __iadd__(self, other: Any) -> "Tensor":

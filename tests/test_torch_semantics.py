@@ -107,3 +107,76 @@ def test_integer_sums_are_int64(device):
     x = mt.tensor([200, 100], dtype="uint8", device=device)
     assert x.sum().dtype == mt.int64 and x.sum().item() == 300
     assert (x > 150).sum(0).dtype == mt.int64
+
+
+# --- dtype promotion ----------------------------------------------------------------------
+@pytest.mark.parametrize("make, expected", [
+    (lambda f, i: f * i, "float32"),  # a float tensor keeps its dtype against int tensors
+    (lambda f, i: i + f, "float32"),
+    (lambda f, i: mt.maximum(i, f), "float32"),
+    (lambda f, i: mt.where(i > 1, i, f), "float32"),
+    (lambda f, i: i * 2.5, "float32"),  # int tensor with a float number: default float
+    (lambda f, i: 2.5 - i, "float32"),
+    (lambda f, i: i ** 0.5, "float32"),
+    (lambda f, i: i / 2, "float32"),  # true division of integers
+    (lambda f, i: i / i, "float32"),
+    (lambda f, i: i * 2, "int64"),
+    (lambda f, i: f * np.float64(2.0), "float32"),  # NumPy scalars count as numbers
+    (lambda f, i: np.float64(2.0) * f, "float32"),
+    (lambda f, i: f + np.int64(1), "float32"),
+    (lambda f, i: i.to(mt.int32) + np.int64(1), "int32"),
+    (lambda f, i: f * mt.tensor(2.0, dtype="float64"), "float32"),  # 0-d doesn't widen
+    (lambda f, i: f * mt.tensor([2.0], dtype="float64"), "float64"),
+    (lambda f, i: i.to(mt.bfloat16) * i, "bfloat16"),
+    (lambda f, i: i.exp(), "float32"),
+    (lambda f, i: i.sigmoid(), "float32"),
+    (lambda f, i: (i > 1).tanh(), "float32"),
+    (lambda f, i: i.clamp(0.5, 2.5), "float32"),
+    (lambda f, i: f.to(mt.bfloat16).clamp(0, 1), "bfloat16"),
+    (lambda f, i: mt.where(i > 1, 1.0, 0.0), "float32"),
+    (lambda f, i: mt.where(i > 1, 1, 0), "int64"),
+])
+def test_mixed_dtypes_promote_as_in_pytorch(device, make, expected):
+    f = mt.tensor([1.5, -2.0, 3.0], device=device)  # float32
+    i = mt.tensor([1, 2, 3], device=device)  # int64
+    assert str(make(f, i).dtype) == expected
+
+
+def test_integer_results_of_promoted_ops_are_exact():
+    i = mt.tensor([1, 2, 3])
+    assert (i * 2.5).tolist() == [2.5, 5.0, 7.5]
+    assert (i / 2).tolist() == [0.5, 1.0, 1.5]
+    np.testing.assert_allclose((i.sigmoid()).numpy(), 1 / (1 + np.exp(-np.array([1, 2, 3]))),
+                               rtol=1e-6)
+
+
+def test_gradients_flow_through_promotion(device):
+    x = mt.tensor([1.0, 2.0], device=device, requires_grad=True)  # float32
+    w = mt.tensor([3.0, 4.0], dtype="float64", device=device, requires_grad=True)
+    y = x * w  # float64 (both have dims): x is cast, its gradient cast back
+    assert y.dtype == mt.float64
+    (y * mt.tensor([1, 2], device=device)).sum().backward()  # int tensor: stays float64
+    assert x.grad.dtype == mt.float32 and x.grad.tolist() == [3.0, 8.0]
+    assert w.grad.dtype == mt.float64 and w.grad.tolist() == [1.0, 4.0]
+
+
+def test_numpy_scalars_on_the_left_stay_in_the_graph(device):
+    x = mt.tensor([1.0, 2.0], device=device, requires_grad=True)
+    y = np.float64(3.0) * x + np.float32(1.0)  # NumPy defers to Tensor's reflected ops
+    assert isinstance(y, mt.Tensor) and y.dtype == mt.float32
+    y.sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+    assert isinstance(np.ones(2) - x, mt.Tensor)
+
+
+def test_and_or_invert_are_bitwise_on_integers_and_logical_on_bools(device):
+    i = mt.tensor([12, 10], device=device)
+    assert (i & 6).tolist() == [4, 2] and (i | 1).tolist() == [13, 11]
+    assert (~i).tolist() == [-13, -11] and (i & 6).dtype == mt.int64
+    m = mt.tensor([True, False], device=device)
+    assert (m & True).tolist() == [True, False] and (~m).tolist() == [False, True]
+    assert (m | mt.tensor([False, False], device=device)).dtype == mt.bool_
+    f = mt.tensor([1.0, 2.0], device=device)
+    for op in (lambda: f & f, lambda: f | m, lambda: ~f, lambda: i & 1.5):
+        with pytest.raises(TypeError, match="integer or bool"):
+            op()

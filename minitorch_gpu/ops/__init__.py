@@ -1,10 +1,10 @@
 """The differentiable ops, one family per module; this package re-exports their functions."""
 from types import ModuleType as _ModuleType
 
-from .elementwise import (abs, add, clamp, cos, div, eq, exp, ge, gelu, gt, le, log,
-                          logical_and, logical_not, logical_or, lt, masked_fill, maximum,
-                          minimum, mul, ne, neg, pow, relu, sigmoid, sin, sqrt, sub, tanh, tril,
-                          triu, where)
+from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, clamp, cos, div, eq,
+                          exp, ge, gelu, gt, le, log, logical_and, logical_not, logical_or, lt,
+                          masked_fill, maximum, minimum, mul, ne, neg, pow, relu, sigmoid, sin,
+                          sqrt, sub, tanh, tril, triu, where)
 from .shape import (cat, chunk, clone, contiguous, expand, flatten, gather, getitem, index_key,
                     narrow, permute, reshape, split, squeeze, stack, to_device, to_dtype,
                     transpose, unsqueeze, view)

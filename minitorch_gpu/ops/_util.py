@@ -1,4 +1,5 @@
-"""Small helpers the op families share: operand lifting, broadcasting, dims."""
+"""Small helpers the op families share: operand lifting, type promotion, broadcasting,
+dims."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -6,6 +7,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..autograd import unbroadcast  # noqa: F401  (re-exported for the ops)
+from ..backend import dtypes
 from ..tensor import Tensor, _wrap_dim
 
 SCALAR_TYPES = (int, float, bool, np.number, np.bool_)
@@ -27,10 +29,13 @@ def as_tensor_like(value: Any, like: Tensor, op: str) -> Any:
 
 
 def binary_operands(a: Any, b: Any, op: str) -> tuple:
-    """Lift the operands of a binary op and check their shapes broadcast."""
+    """Lift the operands of a binary op, check their shapes broadcast and promote their
+    dtypes as PyTorch does (``promote_operands``)."""
     if isinstance(a, Tensor) and isinstance(b, Tensor):  # the common case, kept cheap
         if a.data.shape != b.data.shape:
             check_broadcast(op, a.data.shape, b.data.shape)
+        if a.data.dtype != b.data.dtype:
+            return promote_operands(a, b)
         return a, b
     if isinstance(a, Tensor):
         b = as_tensor_like(b, a, op)
@@ -42,7 +47,86 @@ def binary_operands(a: Any, b: Any, op: str) -> tuple:
     shape_a, shape_b = shape_of(a), shape_of(b)
     if shape_a != shape_b and shape_a and shape_b:  # a scalar always broadcasts
         check_broadcast(op, shape_a, shape_b)
-    return a, b
+    return promote_operands(a, b)
+
+
+# --- type promotion -----------------------------------------------------------------------
+def _category(dtype: Any) -> int:
+    """0 bool, 1 integer, 2 floating: PyTorch promotes across these before within them."""
+    return 0 if dtype.kind == "b" else 2 if dtypes.is_floating(dtype) else 1
+
+
+def _priority(x: Any) -> int:
+    """Tensors with dims outrank 0-d tensors, which outrank Python numbers."""
+    return 0 if not isinstance(x, Tensor) else 1 if x.ndim == 0 else 2
+
+
+_DEFAULT_FOR_CATEGORY = (dtypes.bool_, dtypes.int64, dtypes.default_float)
+_NUMBERS = (bool, int, float)
+
+
+def _dtype_of(x: Any) -> np.dtype:
+    if isinstance(x, Tensor):
+        return x.data.dtype
+    if isinstance(x, bool):  # before int: bool is an int in Python
+        return dtypes.bool_
+    if isinstance(x, int):
+        return dtypes.int64
+    return dtypes.float64 if isinstance(x, float) else np.asarray(x).dtype
+
+
+def result_dtype(a: Any, b: Any) -> np.dtype:
+    """The dtype PyTorch gives ``a op b`` (``torch.result_type``), for Tensors and Python
+    numbers. Unlike NumPy: a float tensor keeps its dtype against integer tensors
+    (float32 * int64 is float32, not float64); a number or a 0-d tensor never widens a
+    tensor of its own category (float32 * 0-d float64 is float32); an integer tensor with
+    a float number gives the default float32."""
+    da, db = _dtype_of(a), _dtype_of(b)
+    ca, cb = _category(da), _category(db)
+    pa, pb = _priority(a), _priority(b)
+    if pa == pb:
+        if not pa:  # two numbers
+            return _DEFAULT_FOR_CATEGORY[max(ca, cb)]
+        if ca != cb:
+            return da if ca > cb else db
+        return np.promote_types(da, db)
+    high, low = (a, b) if pa > pb else (b, a)
+    (dh, ch), (dl, cl) = ((da, ca), (db, cb)) if pa > pb else ((db, cb), (da, ca))
+    if ch >= cl:
+        return dh
+    return dl if isinstance(low, Tensor) else _DEFAULT_FOR_CATEGORY[cl]
+
+
+def promote_operands(a: Any, b: Any) -> tuple:
+    """``a`` and ``b`` with each Tensor cast to their ``result_dtype`` (NumPy scalars become
+    Python numbers, as PyTorch treats them); Python numbers stay as they are, which NumPy
+    applies without widening the array."""
+    # the hot case first: a tensor and a Python number that leaves its dtype as it is
+    if isinstance(a, Tensor) and type(b) in _NUMBERS:
+        if type(b) is not float or a.data.dtype in dtypes.FLOATING:
+            return a, b
+    elif isinstance(b, Tensor) and type(a) in _NUMBERS:
+        if type(a) is not float or b.data.dtype in dtypes.FLOATING:
+            return a, b
+    a = a.item() if isinstance(a, np.generic) else a
+    b = b.item() if isinstance(b, np.generic) else b
+    dtype = result_dtype(a, b)
+    return cast_to(a, dtype), cast_to(b, dtype)
+
+
+def cast_to(x: Any, dtype: np.dtype) -> Any:
+    """``x`` as ``dtype`` if it is a Tensor of another dtype (a differentiable cast)."""
+    if not isinstance(x, Tensor) or x.dtype == dtype:
+        return x
+    from .shape import to_dtype  # shape builds on this module
+    return to_dtype(x, dtype)
+
+
+def float_input(a: Any, op: str) -> Tensor:
+    """``a`` checked to be a Tensor; integer and bool tensors become the default float
+    (torch.exp of an int64 tensor is float32), for ops defined only on reals."""
+    require_tensor(a, op)
+    return a if dtypes.is_floating(a.dtype) else cast_to(a, dtypes.default_float)
 
 
 def check_broadcast(op: str, *shapes: tuple) -> tuple:

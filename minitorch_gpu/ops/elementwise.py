@@ -9,8 +9,10 @@ import math
 from typing import Any
 
 from ..autograd import Function
+from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import as_tensor_like, binary_operands, check_broadcast, require_tensor, shape_of
+from ._util import (as_tensor_like, binary_operands, check_broadcast, float_input,
+                    promote_operands, require_tensor, result_dtype, shape_of)
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
@@ -291,7 +293,7 @@ class Clamp(Function):
         if high is not None:
             inside &= a <= high
         ctx.save_for_backward(inside)
-        return xp.clip(a, low, high)
+        return xp.clip(a, low, high).astype(a.dtype, copy=False)  # bf16 stays bf16
 
     @staticmethod
     def backward(ctx, grad):
@@ -396,7 +398,11 @@ def mul(a: Any, b: Any) -> Tensor:
 
 
 def div(a: Any, b: Any) -> Tensor:
-    return Div.apply(*binary_operands(a, b, "div"))
+    """True division: integer operands give the default float (float32), as in PyTorch."""
+    a, b = binary_operands(a, b, "div")
+    if not any(isinstance(x, Tensor) and dtypes.is_floating(x.dtype) for x in (a, b)):
+        a, b = (float_input(x, "div") if isinstance(x, Tensor) else x for x in (a, b))
+    return Div.apply(a, b)
 
 
 def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - mirrors torch.pow
@@ -416,23 +422,23 @@ def neg(a: Tensor) -> Tensor:
 
 
 def exp(a: Tensor) -> Tensor:
-    return Exp.apply(require_tensor(a, "exp"))
+    return Exp.apply(float_input(a, "exp"))
 
 
 def log(a: Tensor) -> Tensor:
-    return Log.apply(require_tensor(a, "log"))
+    return Log.apply(float_input(a, "log"))
 
 
 def sqrt(a: Tensor) -> Tensor:
-    return Sqrt.apply(require_tensor(a, "sqrt"))
+    return Sqrt.apply(float_input(a, "sqrt"))
 
 
 def sin(a: Tensor) -> Tensor:
-    return Sin.apply(require_tensor(a, "sin"))
+    return Sin.apply(float_input(a, "sin"))
 
 
 def cos(a: Tensor) -> Tensor:
-    return Cos.apply(require_tensor(a, "cos"))
+    return Cos.apply(float_input(a, "cos"))
 
 
 def _triangle(a: Tensor, diagonal: int, upper: bool) -> Tensor:
@@ -455,11 +461,11 @@ def triu(a: Tensor, diagonal: int = 0) -> Tensor:
 
 
 def tanh(a: Tensor) -> Tensor:
-    return Tanh.apply(require_tensor(a, "tanh"))
+    return Tanh.apply(float_input(a, "tanh"))
 
 
 def sigmoid(a: Tensor) -> Tensor:
-    return Sigmoid.apply(require_tensor(a, "sigmoid"))
+    return Sigmoid.apply(float_input(a, "sigmoid"))
 
 
 def relu(a: Tensor) -> Tensor:
@@ -481,6 +487,8 @@ def clamp(a: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     require_tensor(a, "clamp")
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
+    if isinstance(min, float) or isinstance(max, float):  # int tensor, float bounds: float32
+        a = promote_operands(a, 1.0)[0]
     return Clamp.apply(a, min, max)
 
 
@@ -495,6 +503,10 @@ def where(condition: Any, a: Any, b: Any) -> Tensor:
                         f"{getattr(condition, 'dtype', type(condition).__name__)}")
     a, b = as_tensor_like(a, like, "where"), as_tensor_like(b, like, "where")
     check_broadcast("where", shape_of(condition), shape_of(a), shape_of(b))
+    a, b = promote_operands(a, b)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):  # two numbers: float32 or int64
+        a = Tensor._make(like._backend.xp.asarray(a, dtype=result_dtype(a, b)), like._backend,
+                         False)
     return Where.apply(condition, a, b)
 
 
@@ -540,3 +552,37 @@ logical_or = _compare("logical_or", "logical_or")
 def logical_not(a: Tensor) -> Tensor:
     require_tensor(a, "logical_not")
     return Tensor._make(a._backend.xp.logical_not(a.data), a._backend, False)
+
+
+def _require_integral(op: str, *operands: Any) -> None:
+    for x in operands:
+        dtype = x.dtype if isinstance(x, Tensor) else type(x)
+        if (x.dtype.kind not in "iub") if isinstance(x, Tensor) else isinstance(x, float):
+            raise TypeError(f"{op}: expected integer or bool operands, got {dtype}; compare "
+                            "first to get a bool mask (e.g. (x > 0) & (x < 1))")
+
+
+def _bitwise(name: str, ufunc: str):
+    def bitwise(a: Any, b: Any) -> Tensor:
+        a, b = binary_operands(a, b, name)
+        _require_integral(name, a, b)
+        backend = (a if isinstance(a, Tensor) else b)._backend
+        xp = backend.xp
+        out = getattr(xp, ufunc)(a.data if isinstance(a, Tensor) else a,
+                                 b.data if isinstance(b, Tensor) else b)
+        return Tensor._make(xp.asarray(out), backend, False)
+    bitwise.__name__ = name
+    bitwise.__doc__ = (f"Elementwise ``{ufunc}`` of integer or bool tensors (``&``, ``|``): "
+                       "logical for bool, bitwise for integers, as in PyTorch.")
+    return bitwise
+
+
+bitwise_and = _bitwise("bitwise_and", "bitwise_and")
+bitwise_or = _bitwise("bitwise_or", "bitwise_or")
+
+
+def bitwise_not(a: Tensor) -> Tensor:
+    """``~a``: logical not of a bool tensor, bitwise not of an integer one."""
+    require_tensor(a, "bitwise_not")
+    _require_integral("bitwise_not", a)
+    return Tensor._make(a._backend.xp.invert(a.data), a._backend, False)
