@@ -180,3 +180,26 @@ def test_and_or_invert_are_bitwise_on_integers_and_logical_on_bools(device):
     for op in (lambda: f & f, lambda: f | m, lambda: ~f, lambda: i & 1.5):
         with pytest.raises(TypeError, match="integer or bool"):
             op()
+
+
+# --- attention with a mask that hides every key from a query ------------------------------
+@pytest.mark.parametrize("mask", [
+    np.array([[True, True], [False, False]]),
+    np.array([[0.0, 0.0], [-np.inf, -np.inf]]),
+], ids=["bool", "float"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns about -inf - -inf
+def test_sdpa_query_that_sees_no_key_gets_zeros_not_nan(device, mask):
+    rng = np.random.default_rng(0)
+    q, k, v = (mt.tensor(rng.standard_normal((2, 3)), dtype="float64", device=device,
+                         requires_grad=True) for _ in range(3))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mt.tensor(mask, device=device))
+    out.sum().backward()
+    assert out[1].tolist() == [0.0, 0.0, 0.0]
+    # the first query attends to both keys: softmax(q k^T / sqrt(3)) v
+    qn, kn, vn = (t.detach().cpu().numpy() for t in (q, k, v))
+    s = qn[0] @ kn.T / np.sqrt(3)
+    p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    np.testing.assert_allclose(out[0].detach().cpu().numpy(), p @ vn)
+    assert q.grad[1].tolist() == [0.0, 0.0, 0.0]
+    for t in (q, k, v):
+        assert np.isfinite(t.grad.cpu().numpy()).all()

@@ -27,6 +27,7 @@ class ScaledDotProductAttention(Function):
             scores = scores.astype(dtypes.float32)
         scores *= scale
         L, S = scores.shape[-2:]
+        no_key = None  # rows where the mask leaves a query no key to attend to
         if causal:  # query i sees keys 0..i (top-left aligned, as PyTorch's is_causal)
             xp.copyto(scores, -xp.inf, where=xp.triu(xp.ones((L, S), dtype=bool), k=1))
         elif mask is not None:
@@ -37,7 +38,12 @@ class ScaledDotProductAttention(Function):
                 xp.copyto(scores, -xp.inf, where=~mask)
             else:  # additive float mask
                 scores += mask
+            no_key = scores.max(axis=-1, keepdims=True) == -xp.inf  # (..., L, 1)
         probs = softmax_(scores, -1, xp).astype(q.dtype, copy=False)
+        if no_key is not None:
+            # a query the mask lets see no key gets all-zero weights, as in PyTorch, rather
+            # than softmax's 0/0 = nan (which would reach every gradient)
+            xp.copyto(probs, 0, where=no_key)
         keep = None
         attended = probs
         if dropout_p > 0.0:
@@ -86,8 +92,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     -> (..., L, Ev), as torch.nn.functional.scaled_dot_product_attention.
 
     ``attn_mask`` is bool (True = may attend) or float (added to the scores), broadcast to
-    (..., L, S). ``is_causal`` masks keys after each query (top-left aligned when L != S).
-    ``dropout_p`` applies dropout to the attention weights; pass 0 in evaluation.
+    (..., L, S); a query it leaves no key to attend to gets zeros, not nan. ``is_causal``
+    masks keys after each query (top-left aligned when L != S). ``dropout_p`` applies dropout to the attention weights; pass 0 in evaluation.
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         require_tensor(t, "scaled_dot_product_attention", name)
