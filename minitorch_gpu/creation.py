@@ -89,9 +89,9 @@ def empty(*size: Any, dtype: Any = None, device: DeviceLike = None,
 def full(size: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = None,
          requires_grad: bool = False) -> Tensor:
     backend = get_backend(device or "cpu")
-    if dtype is None:
-        dtype = dtypes.bool_ if isinstance(fill_value, bool) else \
-            dtypes.int64 if isinstance(fill_value, int) else dtypes.float32
+    if dtype is None:  # NumPy scalars count as the Python numbers they hold
+        dtype = dtypes.bool_ if isinstance(fill_value, (bool, np.bool_)) else \
+            dtypes.int64 if isinstance(fill_value, (int, np.integer)) else dtypes.float32
     size = _shape((size,) if isinstance(size, int) else tuple(size), "full")
     return _finish(backend.xp.full(size, fill_value, dtype=_dtype(dtype)), backend,
                    requires_grad)
@@ -129,6 +129,8 @@ def rand(*size: Any, dtype: Any = None, device: DeviceLike = None,
 def randint(low: int, high: Optional[int] = None, size: Any = (), dtype: Any = None,
             device: DeviceLike = None) -> Tensor:
     """Integers uniform in [low, high) (``randint(high, size)`` means low = 0), int64."""
+    if isinstance(high, (tuple, list)):  # randint(high, size), as torch.randint
+        high, size = None, high
     if high is None:
         low, high = 0, low
     if high <= low:

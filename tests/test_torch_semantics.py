@@ -203,3 +203,19 @@ def test_sdpa_query_that_sees_no_key_gets_zeros_not_nan(device, mask):
     assert q.grad[1].tolist() == [0.0, 0.0, 0.0]
     for t in (q, k, v):
         assert np.isfinite(t.grad.cpu().numpy()).all()
+
+
+# --- factories ----------------------------------------------------------------------------
+def test_randint_takes_high_and_size_like_torch(device):
+    x = mt.randint(5, (2, 3), device=device)
+    assert x.shape == (2, 3) and x.dtype == mt.int64
+    assert 0 <= int(x.data.min()) and int(x.data.max()) < 5
+    assert mt.randint(2, 4, [7], device=device).shape == (7,)
+
+
+@pytest.mark.parametrize("fill, expected", [
+    (np.int64(1), "int64"), (np.int32(1), "int64"), (np.bool_(True), "bool"),
+    (np.float64(1.5), "float32"), (1, "int64"), (1.5, "float32"), (True, "bool"),
+])
+def test_full_infers_its_dtype_from_numpy_scalars_too(fill, expected):
+    assert str(mt.full((2,), fill).dtype) == expected
