@@ -219,3 +219,17 @@ def test_randint_takes_high_and_size_like_torch(device):
 ])
 def test_full_infers_its_dtype_from_numpy_scalars_too(fill, expected):
     assert str(mt.full((2,), fill).dtype) == expected
+
+
+def test_bf16_matmul_and_attention_return_bf16():
+    rng = np.random.default_rng(0)
+    a = mt.tensor(rng.standard_normal((2, 3, 4)), dtype="bfloat16", requires_grad=True)
+    w = mt.tensor(rng.standard_normal((4, 5)), dtype="bfloat16", requires_grad=True)
+    for out in (a @ w, a @ a.mT, a[0] @ w, F.linear(a, w.mT)):
+        assert out.dtype == mt.bfloat16
+    expected = a.detach().float().numpy() @ w.detach().float().numpy()
+    np.testing.assert_allclose((a @ w).float().detach().numpy(), expected, rtol=1e-2, atol=1e-2)
+    (a @ w).float().sum().backward()
+    assert a.grad.dtype == mt.bfloat16 and w.grad.dtype == mt.bfloat16
+    out = F.scaled_dot_product_attention(a, a, a, is_causal=True)
+    assert out.dtype == mt.bfloat16 and out.shape == (2, 3, 4)

@@ -52,7 +52,8 @@ class ScaledDotProductAttention(Function):
             attended *= 1.0 / (1.0 - dropout_p)
         ctx.save_for_backward(q, k, v, probs, keep)
         ctx.scale, ctx.dropout_p = scale, dropout_p
-        return xp.matmul(attended, v)  # (..., L, Ev)
+        out = xp.matmul(attended, v)  # (..., L, Ev)
+        return out.astype(xp.result_type(q.dtype, v.dtype), copy=False)  # bf16 stays bf16
 
     @staticmethod
     def backward(ctx, grad):

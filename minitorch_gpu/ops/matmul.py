@@ -21,8 +21,12 @@ class MatMul(Function):
         if a.ndim > 2 and b.ndim == 2:  # (..., m, k) @ (k, n): a linear layer
             # one (M, k) @ (k, n) GEMM over all leading dims, not one small GEMM per batch
             out = ctx.xp.matmul(a.reshape(-1, a.shape[-1]), b)
-            return out.reshape(a.shape[:-1] + (b.shape[1],))
-        return ctx.xp.matmul(a, b)
+            out = out.reshape(a.shape[:-1] + (b.shape[1],))
+        else:
+            out = ctx.xp.matmul(a, b)
+        # bf16 @ bf16 accumulates in float32 and returns float32 (ml_dtypes); the result is
+        # bf16 again, as in PyTorch (a no-op for every other dtype)
+        return out.astype(ctx.xp.result_type(a.dtype, b.dtype), copy=False)
 
     @staticmethod
     def backward(ctx, grad):
