@@ -142,6 +142,18 @@ def test_mixed_dtypes_promote_as_in_pytorch(device, make, expected):
     assert str(make(f, i).dtype) == expected
 
 
+def test_cat_and_stack_promote_like_binary_ops(device):
+    i = mt.tensor([1, 2], device=device)
+    f = mt.tensor([0.5, 1.5], device=device, requires_grad=True)
+    joined = mt.cat([i, f])
+    assert joined.dtype == mt.float32 and joined.tolist() == [1.0, 2.0, 0.5, 1.5]
+    stacked = mt.stack([f, i, mt.tensor([True, False], device=device)])
+    assert stacked.dtype == mt.float32 and stacked[2].tolist() == [1.0, 0.0]
+    assert mt.cat([i, i.to(mt.int32)]).dtype == mt.int64
+    (joined.sum() + stacked.sum()).backward()
+    assert f.grad.dtype == mt.float32 and f.grad.tolist() == [2.0, 2.0]
+
+
 def test_integer_results_of_promoted_ops_are_exact():
     i = mt.tensor([1, 2, 3])
     assert (i * 2.5).tolist() == [2.5, 5.0, 7.5]

@@ -87,14 +87,21 @@ def result_dtype(a: Any, b: Any) -> np.dtype:
     if pa == pb:
         if not pa:  # two numbers
             return _DEFAULT_FOR_CATEGORY[max(ca, cb)]
-        if ca != cb:
-            return da if ca > cb else db
-        return np.promote_types(da, db)
+        return promote_types(da, db)
     high, low = (a, b) if pa > pb else (b, a)
     (dh, ch), (dl, cl) = ((da, ca), (db, cb)) if pa > pb else ((db, cb), (da, ca))
     if ch >= cl:
         return dh
     return dl if isinstance(low, Tensor) else _DEFAULT_FOR_CATEGORY[cl]
+
+
+def promote_types(da: np.dtype, db: np.dtype) -> np.dtype:
+    """The common dtype of two tensors of equal rank (as in ``cat``): the higher category
+    wins (int64 with float32 is float32), else NumPy's promotion within the category."""
+    ca, cb = _category(da), _category(db)
+    if ca != cb:
+        return da if ca > cb else db
+    return np.promote_types(da, db)
 
 
 def promote_operands(a: Any, b: Any) -> tuple:

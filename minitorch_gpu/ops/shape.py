@@ -9,6 +9,7 @@ result would then fail where PyTorch's succeeds).
 from __future__ import annotations
 
 import builtins
+import functools
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from ..autograd import Function
 from ..backend import dtypes, get_backend
 from ..tensor import Tensor, _wrap_dim
-from ._util import require_tensor
+from ._util import cast_to, promote_types, require_tensor
 
 
 # --- strides ------------------------------------------------------------------------------
@@ -423,17 +424,20 @@ def chunk(a: Tensor, chunks: int, dim: int = 0) -> tuple:
     return split(a, builtins.max(-(-size // chunks), 1), dim)
 
 
-def _check_sequence(tensors: Sequence[Tensor], op: str) -> None:
+def _check_sequence(tensors: Sequence[Tensor], op: str) -> list:
+    """The tensors, checked, cast to their common dtype (int64 with float32 is float32)."""
     if not isinstance(tensors, (list, tuple)) or not tensors:
         raise ValueError(f"{op}: expected a non-empty list of tensors")
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: element {i} is a {type(t).__name__}, expected a Tensor")
+    dtype = functools.reduce(promote_types, (t.dtype for t in tensors))
+    return [cast_to(t, dtype) for t in tensors]
 
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors along an existing dim; all other dims must match."""
-    _check_sequence(tensors, "cat")
+    tensors = _check_sequence(tensors, "cat")
     first = tensors[0]
     d = _wrap_dim(dim, first.ndim, "cat")
     for i, t in enumerate(tensors):
@@ -446,7 +450,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join same-shaped tensors along a new dim."""
-    _check_sequence(tensors, "stack")
+    tensors = _check_sequence(tensors, "stack")
     first = tensors[0]
     d = _wrap_dim(dim, first.ndim + 1, "stack")
     for i, t in enumerate(tensors):
