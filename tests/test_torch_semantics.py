@@ -15,6 +15,7 @@ def grad_of(fn, values, dtype="float64", device="cpu"):
 
 
 # --- pow at zero ------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns on the inf/nan it makes here
 def test_pow_with_exponent_zero_has_zero_gradient_even_at_base_zero(device):
     # x ** 0 is the constant 1: its gradient is 0 everywhere, not 0 * 0^-1 = nan at 0
     np.testing.assert_array_equal(grad_of(lambda x: x ** 0, [-2.0, 0.0, 3.0], device=device),
@@ -24,6 +25,7 @@ def test_pow_with_exponent_zero_has_zero_gradient_even_at_base_zero(device):
                                   [0.0, 0.0])
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns on the inf/nan it makes here
 def test_pow_gradient_for_the_exponent_at_base_zero(device):
     base = mt.tensor([0.0, 0.0, 0.0], dtype="float64", device=device)
     e = mt.tensor([-1.0, 0.0, 2.0], dtype="float64", device=device, requires_grad=True)
@@ -95,6 +97,7 @@ def test_var_and_std_refuse_integer_input():
             op(mt.tensor([1, 2, 3]))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy warns on the inf/nan it makes here
 def test_var_gradient_without_degrees_of_freedom_is_inf_not_nan(device):
     # correction 2 over 2 elements divides by 0: +-inf where the input is off its mean
     g = grad_of(lambda x: x.var(0, correction=2), [[1.0], [3.0]], device=device)
@@ -245,3 +248,19 @@ def test_bf16_matmul_and_attention_return_bf16():
     assert a.grad.dtype == mt.bfloat16 and w.grad.dtype == mt.bfloat16
     out = F.scaled_dot_product_attention(a, a, a, is_causal=True)
     assert out.dtype == mt.bfloat16 and out.shape == (2, 3, 4)
+
+
+def test_bf16_gelu_and_sigmoid_are_computed_in_float32(device):
+    import ml_dtypes
+    x32 = np.array([-3.5, -3.0, -1.0, 0.5, 2.0, 6.0], dtype=np.float32)
+    x = mt.tensor(x32, device=device).bfloat16()
+    exact = x32.astype(ml_dtypes.bfloat16).astype(np.float64)  # the bf16 inputs, exactly
+    for approximate in ("tanh", "none"):
+        out = mt.gelu(x, approximate=approximate)
+        assert out.dtype == mt.bfloat16
+        ref = mt.gelu(mt.tensor(exact, device=device), approximate=approximate).numpy() \
+            if device == "cpu" else mt.gelu(mt.tensor(exact, device=device), approximate=approximate).cpu().numpy()
+        # one bf16 rounding of the float32 result: relative error below 2^-8
+        np.testing.assert_allclose(out.float().cpu().numpy(), ref, rtol=2 ** -8, atol=1e-30)
+    s = x.sigmoid()
+    np.testing.assert_allclose(s.float().cpu().numpy(), 1 / (1 + np.exp(-exact)), rtol=2 ** -8)

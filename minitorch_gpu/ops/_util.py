@@ -185,3 +185,12 @@ def require_tensor(x: Any, op: str, name: str = "input") -> Tensor:
 def require_float(x: Tensor, op: str, name: str = "input") -> None:
     if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
         raise TypeError(f"{op}: expected a floating-point {name}, got {x.dtype}")
+
+
+_NARROW_FLOATS = (dtypes.bfloat16, dtypes.float16)
+
+
+def widened(x: Any) -> Any:
+    """``x`` in float32 when it is bf16/fp16 (the dtype to compute in, as PyTorch's "opmath"
+    does), else ``x`` itself. Results are rounded back to the input's dtype by the op."""
+    return x.astype(dtypes.float32) if x.dtype in _NARROW_FLOATS else x

@@ -94,7 +94,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
 
     ``attn_mask`` is bool (True = may attend) or float (added to the scores), broadcast to
     (..., L, S); a query it leaves no key to attend to gets zeros, not nan. ``is_causal``
-    masks keys after each query (top-left aligned when L != S). ``dropout_p`` applies dropout to the attention weights; pass 0 in evaluation.
+    masks keys after each query (top-left aligned when L != S). ``dropout_p`` applies
+    dropout to the attention weights; pass 0 in evaluation.
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         require_tensor(t, "scaled_dot_product_attention", name)

@@ -12,7 +12,7 @@ from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
 from ._util import (as_tensor_like, binary_operands, check_broadcast, float_input,
-                    promote_operands, require_tensor, result_dtype, shape_of)
+                    promote_operands, require_tensor, result_dtype, shape_of, widened)
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
@@ -192,8 +192,9 @@ class Sigmoid(Function):
     @staticmethod
     def forward(ctx, a):
         xp = ctx.xp
-        # 1/(1+exp(-a)) overflows exp for very negative a; tanh form is stable everywhere
-        out = 0.5 * (xp.tanh(0.5 * a) + 1)
+        # 1/(1+exp(-a)) overflows exp for very negative a; tanh form is stable everywhere.
+        # bf16 inputs are computed (and saved) in float32: 1 - out cancels badly in bf16.
+        out = 0.5 * (xp.tanh(0.5 * widened(a)) + 1)
         ctx.save_for_backward(out)
         return out.astype(a.dtype, copy=False)
 
@@ -221,7 +222,8 @@ class Gelu(Function):
 
     Only x is saved; backward recomputes tanh/erf rather than storing a second activation.
     The tanh form works in place in two or three buffers: on large activations a fresh
-    temporary per step (and its page faults) would cost more than the arithmetic.
+    temporary per step (and its page faults) would cost more than the arithmetic. bf16 and
+    fp16 inputs are computed in float32 and the result rounded back.
     """
 
     @staticmethod
@@ -229,23 +231,26 @@ class Gelu(Function):
         xp = ctx.xp
         ctx.save_for_backward(a)
         ctx.approximate = approximate
+        x = widened(a)
         if approximate == "tanh":
-            out = xp.multiply(a, a, out=xp.empty_like(a))  # out=: a 0-d result stays an array
+            out = xp.multiply(x, x, out=xp.empty_like(x))  # out=: a 0-d result stays an array
             out *= 0.044715
             out += 1
-            out *= a
+            out *= x
             out *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
             xp.tanh(out, out=out)
             out += 1
-            out *= a
+            out *= x
             out *= 0.5  # 0.5 x (1 + tanh(...))
-            return out
-        return (0.5 * a * (1 + ctx.backend.erf(a * _INV_SQRT_2))).astype(a.dtype, copy=False)
+        else:
+            out = 0.5 * x * (1 + ctx.backend.erf(x * _INV_SQRT_2))
+        return out.astype(a.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
         (a,) = ctx.saved_tensors
+        a = widened(a)
         if ctx.approximate == "tanh":
             # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
             slope = xp.multiply(a, a, out=xp.empty_like(a))
