@@ -25,8 +25,10 @@ class MatMul(Function):
         else:
             out = ctx.xp.matmul(a, b)
         # bf16 @ bf16 accumulates in float32 and returns float32 (ml_dtypes); the result is
-        # bf16 again, as in PyTorch (a no-op for every other dtype)
-        return out.astype(ctx.xp.result_type(a.dtype, b.dtype), copy=False)
+        # bf16 again, as in PyTorch
+        if out.dtype != a.dtype and a.dtype == b.dtype:
+            out = out.astype(a.dtype)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
