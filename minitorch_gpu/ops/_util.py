@@ -38,8 +38,12 @@ def binary_operands(a: Any, b: Any, op: str) -> tuple:
             return promote_operands(a, b)
         return a, b
     if isinstance(a, Tensor):
+        if type(b) in _NUMBERS:  # a Python number broadcasts against anything
+            return promote_operands(a, b)
         b = as_tensor_like(b, a, op)
     elif isinstance(b, Tensor):
+        if type(a) in _NUMBERS:
+            return promote_operands(a, b)
         a = as_tensor_like(a, b, op)
     else:
         raise TypeError(f"{op}: expected at least one Tensor, got {type(a).__name__} "
