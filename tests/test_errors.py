@@ -95,6 +95,7 @@ def test_unavailable_cuda_says_what_to_install():
         mt.randn(2).to("cuda:1")
 
 
+@pytest.mark.cuda
 def test_ops_across_devices_are_refused():
     if not mt.cuda.is_available():
         pytest.skip(f"no CUDA here: {mt.cuda.unavailable_reason()}")
