@@ -164,3 +164,20 @@ def test_deepcopy_and_pickle_keep_the_backend_and_copy_the_data(device):
     assert copy.deepcopy(x.backend) is x.backend
     with pytest.raises(RuntimeError, match="only leaf tensors"):
         copy.deepcopy(x * 2)
+
+
+@pytest.mark.parametrize("rows, index", [
+    (5, [0, 3, 3, 1, 3, 0]),  # repeats, unsorted
+    (5, [4]),
+    (5, [-1, 4, 2, -5]),  # negative rows count from the end, and meet their positive twins
+    (70, np.random.default_rng(0).integers(0, 70, 500)),
+])
+def test_scatter_add_of_rows_adds_every_repeat(rows, index):
+    backend = mt.get_backend("cpu")
+    index = np.asarray(index)
+    values = np.random.default_rng(1).standard_normal((len(index), 3))
+    expected = np.zeros((rows, 3))
+    np.add.at(expected, index, values)
+    target = np.zeros((rows, 3))
+    backend.scatter_add(target, index, values)
+    np.testing.assert_allclose(target, expected, rtol=1e-12, atol=1e-12)
