@@ -6,7 +6,6 @@
 >>> x.grad.shape
 (3, 4)
 """
-from . import backend as _backend
 from .backend import Device, get_backend, manual_seed
 from .backend import parse_device as device  # noqa: F401  - mt.device("cuda") -> cuda:0
 from .backend.dtypes import (bfloat16, bool_, float16, float32, float64, int32, int64,

@@ -9,12 +9,12 @@ job of the speed work (flash attention).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Optional
 
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import check_broadcast, require_float, require_tensor, unbroadcast
+from ._util import check_broadcast, require_float, require_tensor, unbroadcast, widened
 from .softmax import softmax_
 
 
@@ -23,8 +23,7 @@ class ScaledDotProductAttention(Function):
     def forward(ctx, q, k, v, mask, causal, scale, dropout_p):
         xp = ctx.xp
         scores = xp.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
-        if scores.dtype in (dtypes.bfloat16, dtypes.float16):
-            scores = scores.astype(dtypes.float32)
+        scores = widened(scores)  # bf16/fp16 scores: softmax in float32
         scores *= scale
         L, S = scores.shape[-2:]
         no_key = None  # rows where the mask leaves a query no key to attend to

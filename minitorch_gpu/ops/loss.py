@@ -5,8 +5,6 @@ one pass over them. The full log-probability matrix is never materialised.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor

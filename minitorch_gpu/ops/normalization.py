@@ -5,18 +5,17 @@ input from them, so no extra activation of the input's size is kept.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from ..autograd import Function
-from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import require_float, require_tensor
+from ._util import require_float, require_tensor, widened
 
 
 class LayerNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, axes, eps):
-        work = x.astype(dtypes.float32) if x.dtype == dtypes.bfloat16 else x
+        work = widened(x)  # bf16/fp16 statistics in float32
         mean = work.mean(axis=axes, keepdims=True)
         centered = work - mean
         rstd = 1.0 / ctx.xp.sqrt((centered * centered).mean(axis=axes, keepdims=True) + eps)

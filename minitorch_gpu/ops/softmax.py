@@ -8,16 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..autograd import Function
-from ..backend import dtypes
 from ..tensor import Tensor, _wrap_dim
-from ._util import require_float, require_tensor
-
-_NARROW = (dtypes.bfloat16, dtypes.float16)
-
+from ._util import require_float, require_tensor, widened
 
 def working_copy(x: Any) -> Any:
     """A fresh array of ``x`` in a dtype wide enough for exp/sum (float32 for bf16/fp16)."""
-    return x.astype(dtypes.float32) if x.dtype in _NARROW else x.copy()
+    wide = widened(x)
+    return x.copy() if wide is x else wide
 
 
 def softmax_(x: Any, axis: int, xp: Any) -> Any:
