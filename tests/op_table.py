@@ -336,6 +336,13 @@ for _tag, _a, _b in MATMUL_SHAPES:
          float32=_tag in ("2d-2d", "broadcast-batch"))
 case("matmul-functional", mt.matmul, np.matmul, Float((3, 4)), Float((4, 2)))
 case("linear", F.linear, lambda x, w, b: x @ w.T + b, Float((2, 3, 4)), Float((5, 4)),
+     Float((5,)), float32=True)
+case("linear-no-bias", F.linear, lambda x, w: x @ w.T, Float((2, 3, 4)), Float((5, 4)))
+case("linear-2d", F.linear, lambda x, w, b: x @ w.T + b, Float((3, 4)), Float((2, 4)),
+     Float((2,)))
+case("linear-1d", F.linear, lambda x, w, b: x @ w.T + b, Float((4,)), Float((3, 4)),
+     Float((3,)))
+case("linear-4d", F.linear, lambda x, w, b: x @ w.T + b, Float((2, 1, 3, 4)), Float((5, 4)),
      Float((5,)))
 
 # --- softmax, log-softmax -----------------------------------------------------------------

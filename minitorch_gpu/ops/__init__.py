@@ -9,7 +9,7 @@ from .shape import (cat, chunk, clone, contiguous, expand, flatten, gather, geti
                     narrow, permute, reshape, split, squeeze, stack, to_device, to_dtype,
                     transpose, unsqueeze, view)
 from .reduce import (all, amax, amin, any, argmax, argmin, max, mean, min, std, sum, var)
-from .matmul import matmul
+from .matmul import linear, matmul
 from .softmax import log_softmax, softmax
 from .normalization import layer_norm
 from .loss import cross_entropy

@@ -5,11 +5,12 @@ operands are passed as transposed views: BLAS reads them with a transpose flag, 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ..autograd import Function
 from ..tensor import Tensor
-from ._util import as_tensor_like, check_broadcast, unbroadcast
+from ._util import (as_tensor_like, cast_to, check_broadcast, promote_types, require_float,
+                    require_tensor, unbroadcast)
 
 
 class MatMul(Function):
@@ -84,3 +85,58 @@ def matmul(a: Any, b: Any) -> Tensor:
     if a.ndim > 2 or b.ndim > 2:
         check_broadcast("matmul (batch dims)", sa[:-2], sb[:-2])
     return MatMul.apply(a, b)
+
+
+class Linear(Function):
+    """``x @ weight.T + bias`` as one node: one GEMM over all leading dims, the bias added in
+    place into the GEMM's output, and a backward of two GEMMs and a column sum."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        xp = ctx.xp
+        need_x, need_w = ctx.needs_input_grad[:2]
+        ctx.save_for_backward(x if need_w else None, weight if need_x else None)
+        ctx.x_shape = x.shape
+        rows = x.reshape(-1, x.shape[-1])  # (M, in), M = product of the leading dims
+        out = xp.matmul(rows, weight.T)  # (M, out); weight.T is a view BLAS reads transposed
+        if bias is not None:
+            out += bias  # in place: no second activation-sized buffer
+        # bf16 operands accumulate in float32 (ml_dtypes returns float32): round once, here
+        if out.dtype != x.dtype and x.dtype == weight.dtype:
+            out = out.astype(x.dtype)
+        return out.reshape(x.shape[:-1] + (weight.shape[0],))
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        g = grad.reshape(-1, grad.shape[-1])  # (M, out)
+        grad_x = xp.matmul(g, weight).reshape(ctx.x_shape) if need_x else None  # (M, in)
+        grad_w = xp.matmul(g.T, x.reshape(-1, x.shape[-1])) if need_w else None  # (out, in)
+        grad_b = g.sum(axis=0) if need_b else None  # (out,)
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    """``x @ weight.T + bias``: x (..., in), weight (out, in) as PyTorch stores it, bias (out,)
+    -> (..., out). One fused node (``Linear``)."""
+    for name, t in (("input", x), ("weight", weight)):
+        require_tensor(t, "linear", name)
+        require_float(t, "linear", name)
+    if x.ndim < 1 or weight.ndim != 2:
+        raise ValueError(f"linear: expected input (..., in) and weight (out, in), got "
+                         f"{tuple(x.shape)} and {tuple(weight.shape)}")
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: input has {x.shape[-1]} features, weight {tuple(weight.shape)} "
+                         f"expects {weight.shape[1]} (weight is (out_features, in_features))")
+    if bias is not None:
+        require_tensor(bias, "linear", "bias")
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"linear: bias has shape {tuple(bias.shape)}, expected "
+                             f"({weight.shape[0]},)")
+    dtype = promote_types(x.dtype, weight.dtype)
+    if bias is not None:
+        dtype = promote_types(dtype, bias.dtype)
+        bias = cast_to(bias, dtype)
+    return Linear.apply(cast_to(x, dtype), cast_to(weight, dtype), bias)
