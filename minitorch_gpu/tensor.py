@@ -191,6 +191,24 @@ class Tensor:
         """Self when already contiguous, else a row-major copy."""
         return self if self.is_contiguous() else _ops.contiguous(self)
 
+    def set_(self, source: "Tensor") -> "Tensor":
+        """Make this tensor hold ``source``'s array (and device), keeping its own identity:
+        how ``Module.to`` moves a parameter while the optimizer and tied modules still hold
+        the same object. Like any in-place update of a leaf that requires grad, only under
+        ``no_grad()``."""
+        if not isinstance(source, Tensor):
+            raise TypeError(f"set_: expected a Tensor, got {type(source).__name__}")
+        if autograd.is_grad_enabled() and self.requires_grad:
+            raise RuntimeError("set_: in-place update of a tensor that requires grad; do it "
+                               "under no_grad()")
+        if self.requires_grad and not dtypes.is_floating(source.dtype):
+            raise RuntimeError(f"set_: a tensor that requires grad must stay floating-point, "
+                               f"got {source.dtype}")
+        self.data = source.data
+        self._backend = source._backend
+        self._version = [self._version[0] + 1]  # new storage: views of the old one part ways
+        return self
+
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         if not self.is_leaf:
             raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad; "
@@ -214,7 +232,7 @@ class Tensor:
         if not self.is_leaf:
             raise RuntimeError("deepcopy: only leaf tensors can be deep-copied; detach() the "
                                "tensor first")
-        out = Tensor._make(self.data.copy(), self._backend, self.requires_grad)
+        out = type(self)._make(self.data.copy(), self._backend, self.requires_grad)
         if self.grad is not None:
             out.grad = Tensor._make(self.grad.data.copy(), self._backend, False)
         memo[id(self)] = out
@@ -226,7 +244,7 @@ class Tensor:
             raise RuntimeError("pickle: only leaf tensors can be pickled; detach() the tensor "
                                "first")
         return (_rebuild, (self._backend.to_numpy(self.data), str(self.device),
-                           self.requires_grad))
+                           self.requires_grad, type(self)))
 
     # --- autograd -----------------------------------------------------------------------
     def backward(self, gradient: Any = None, retain_graph: bool = False) -> None:
@@ -502,6 +520,15 @@ class Tensor:
     def argmin(self, dim: Optional[int] = None, keepdim: bool = False) -> "Tensor":
         return _ops.argmin(self, dim, keepdim)
 
+    def cumsum(self, dim: int) -> "Tensor":
+        return _ops.cumsum(self, dim)
+
+    def sort(self, dim: int = -1, descending: bool = False) -> Any:
+        return _ops.sort(self, dim, descending)
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
+        return _ops.topk(self, k, dim, largest, sorted)
+
     def any(self) -> "Tensor":
         return _ops.any(self)
 
@@ -586,10 +613,10 @@ class Tensor:
 
 
 # --- helpers ------------------------------------------------------------------------------
-def _rebuild(array: np.ndarray, device: str, requires_grad: bool) -> Tensor:
-    """Unpickle a tensor (see ``Tensor.__reduce__``)."""
+def _rebuild(array: np.ndarray, device: str, requires_grad: bool, cls: type = Tensor) -> Tensor:
+    """Unpickle a tensor, or a subclass such as ``nn.Parameter`` (see ``Tensor.__reduce__``)."""
     backend = get_backend(device)
-    return Tensor._make(backend.asarray(array), backend, requires_grad)
+    return cls._make(backend.asarray(array), backend, requires_grad)
 
 
 def _backend_for(data: Any) -> Backend:

@@ -317,6 +317,82 @@ for _largest, _method in ((True, "max"), (False, "min")):
             max_min_case(f"{_method}-dim{_dim}-{'keepdim' if _keepdim else 'nokeepdim'}",
                          _largest, _dim, _keepdim)
 
+# --- sort, topk, cumsum, multinomial -----------------------------------------------------
+def sort_ref(x: np.ndarray, axis: int, descending: bool) -> tuple:
+    """(values, indices) of np's stable sort; the rows' inputs are distinct, so -x sorts
+    descending with the same indices torch.sort gives."""
+    order = np.argsort(-x if descending else x, axis=axis, kind="stable")
+    return np.take_along_axis(x, order, axis=axis), order
+
+
+def topk_ref(x: np.ndarray, k: int, axis: int, largest: bool) -> tuple:
+    values, order = sort_ref(x, axis, largest)
+    return np.take(values, np.arange(k), axis=axis), np.take(order, np.arange(k), axis=axis)
+
+
+# the indices are outputs too: the harness checks them exactly, and gradchecks the values
+for _dim in (0, -1):
+    for _descending in (False, True):
+        case(f"sort-dim{_dim}-{'descending' if _descending else 'ascending'}",
+             lambda x, d=_dim, s=_descending: x.sort(d, descending=s),
+             lambda x, d=_dim, s=_descending: sort_ref(x, d, s), Float((4, 5), "distinct"),
+             float32=_dim == -1)
+case("sort-3d-functional", lambda x: mt.sort(x, 1, descending=True),
+     lambda x: sort_ref(x, 1, True), Float((2, 3, 4), "distinct"))
+for _largest in (True, False):
+    for _k in (1, 3):
+        case(f"topk-{'largest' if _largest else 'smallest'}-k{_k}",
+             lambda x, k=_k, b=_largest: x.topk(k, largest=b),
+             lambda x, k=_k, b=_largest: topk_ref(x, k, -1, b), Float((4, 5), "distinct"),
+             float32=_k == 3 and _largest)
+case("topk-dim0", lambda x: mt.topk(x, 2, dim=0), lambda x: topk_ref(x, 2, 0, True),
+     Float((5, 3), "distinct"))
+case("topk-k-is-size", lambda x: x.topk(5, dim=1, largest=False),
+     lambda x: topk_ref(x, 5, 1, False), Float((2, 5, 3), "distinct"))
+# sorted=False leaves the order open: sort what it chose, to compare and gradcheck it
+case("topk-unsorted", lambda x: x.topk(3, sorted=False).values.sort(-1).values,
+     lambda x: np.sort(topk_ref(x, 3, -1, True)[0], axis=-1), Float((4, 6), "distinct"))
+for _dim in (0, 1, -1):
+    case(f"cumsum-dim{_dim}", lambda x, d=_dim: x.cumsum(d), lambda x, d=_dim: np.cumsum(x, d),
+         Float((2, 3, 4)), float32=_dim == -1)
+case("cumsum-1d-functional", lambda x: mt.cumsum(x, 0), np.cumsum, Float((7,)))
+case("cumsum-int64", lambda i: i.cumsum(1), lambda i: np.cumsum(i, 1),
+     Const(np.array([[1, -2, 3], [4, 5, -6]])))
+case("cumsum-bool", lambda m: mt.cumsum(m, -1), lambda m: np.cumsum(m, -1), Const(MASK_3x4))
+
+# weights of 0 where ZERO_WEIGHTS is 0; every row keeps 3 or more
+ZERO_WEIGHTS = np.array([[0, 1, 1, 0, 1, 1], [1, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 0],
+                         [0, 0, 1, 1, 1, 0]], dtype=np.float64)
+
+
+def multinomial_case(name: str, num_samples: int, replacement: bool, masked: bool,
+                     shape: tuple = (4, 6)) -> None:
+    """multinomial draws at random: seeded inside fn, the row checks what every draw must
+    satisfy (in range, never a weight of 0, distinct without replacement). Unmasked rows
+    run on the transposed and sliced leaves too."""
+    def check(out: np.ndarray, p: np.ndarray, *mask: np.ndarray) -> None:
+        rows = out.reshape(-1, num_samples)
+        assert out.shape == shape[:-1] + (num_samples,), out.shape
+        assert out.dtype == np.int64 and ((rows >= 0) & (rows < shape[-1])).all(), out
+        if mask:
+            assert (np.take_along_axis(mask[0], rows, axis=1) != 0).all(), "drew a weight 0"
+        if not replacement:
+            assert all(len(set(row)) == num_samples for row in rows.tolist()), out
+
+    def draw(p: mt.Tensor, *mask: mt.Tensor) -> mt.Tensor:
+        mt.manual_seed(1234)
+        return mt.multinomial(p * mask[0] if mask else p, num_samples, replacement)
+
+    inputs = (Float(shape, "positive", grad=False),) + ((Const(ZERO_WEIGHTS),) if masked else ())
+    case(name, draw, None, *inputs, check=check)
+
+
+multinomial_case("multinomial-replacement", 50, True, masked=True)
+multinomial_case("multinomial-no-replacement", 3, False, masked=True)
+multinomial_case("multinomial-one-sample", 1, False, masked=True)
+multinomial_case("multinomial-permutation", 6, False, masked=False)
+multinomial_case("multinomial-1d", 20, True, masked=False, shape=(6,))
+
 # --- matmul -------------------------------------------------------------------------------
 MATMUL_SHAPES = [
     ("1d-1d", (5,), (5,)),

@@ -122,6 +122,11 @@ class Backend:
     def erf(self, x: Any) -> Any:
         raise NotImplementedError
 
+    def stable_argsort(self, array: Any, axis: int) -> Any:
+        """Indices that sort ``array`` ascending along ``axis``, equal elements keeping
+        their order (a stable sort, as sort/topk/multinomial need to be repeatable)."""
+        raise NotImplementedError
+
     # --- random numbers ---------------------------------------------------------------
     def seed(self, seed: int) -> None:
         raise NotImplementedError

@@ -89,6 +89,10 @@ class CupyBackend(Backend):
     def erf(self, x: Any) -> Any:
         return _cupy_special.erf(x)
 
+    def stable_argsort(self, array: Any, axis: int) -> Any:
+        with self._cuda_device:  # CuPy's argsort is always stable and accepts no other kind
+            return cupy.argsort(array, axis=axis)
+
     def seed(self, seed: int) -> None:
         with self._cuda_device:
             self._rng = cupy.random.default_rng(seed)

@@ -38,6 +38,9 @@ class NumpyBackend(Backend):
     def erf(self, x: np.ndarray) -> np.ndarray:
         return _erf(x)
 
+    def stable_argsort(self, array: np.ndarray, axis: int) -> np.ndarray:
+        return np.argsort(array, axis=axis, kind="stable")  # the default is not stable
+
     def seed(self, seed: int) -> None:
         self._rng = np.random.Generator(np.random.PCG64(seed))
 

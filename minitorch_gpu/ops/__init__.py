@@ -8,7 +8,9 @@ from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, clamp,
 from .shape import (cat, chunk, clone, contiguous, expand, flatten, gather, getitem, index_key,
                     narrow, permute, reshape, split, squeeze, stack, to_device, to_dtype,
                     transpose, unsqueeze, view)
-from .reduce import (all, amax, amin, any, argmax, argmin, max, mean, min, std, sum, var)
+from .reduce import (all, amax, amin, any, argmax, argmin, cumsum, max, mean, min, std, sum,
+                     var)
+from .sorting import multinomial, sort, topk
 from .matmul import linear, matmul
 from .softmax import log_softmax, softmax
 from .normalization import layer_norm

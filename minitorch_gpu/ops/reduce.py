@@ -1,4 +1,5 @@
-"""Reductions over any dims with ``keepdim``: sum, mean, var/std, amax/amin, max/min, arg*.
+"""Reductions over any dims with ``keepdim``: sum, mean, var/std, amax/amin, max/min, arg*;
+and cumsum, the running sum along a dim.
 
 The backward of a reduction broadcasts the gradient back over the reduced dims: a view
 of the gradient (``broadcast_to``), not a copy. Results are row-major (``order="C"``) even
@@ -12,7 +13,7 @@ from typing import Any, Optional
 
 from ..autograd import Function
 from ..tensor import Tensor, _wrap_dim
-from ._util import expand_reduced, normalize_dims, reduced_count, require_tensor
+from ._util import expand_reduced, normalize_dims, reduced_count, require_tensor, widened
 from .shape import gather
 
 MinMax = namedtuple("MinMax", ["values", "indices"])  # what max(dim)/min(dim) return
@@ -87,6 +88,25 @@ class Extremum(Function):
         grad = expand_reduced(grad, hit.shape, ctx.axes, ctx.keepdim, ctx.xp)
         ties = hit.sum(axis=ctx.axes, keepdims=True)
         return grad * hit / ties, None, None, None
+
+
+class CumSum(Function):
+    """Running sums along a dim. Input element i feeds outputs i, i+1, ...: its gradient
+    is the output gradient summed from i to the end, a cumulative sum run backwards."""
+
+    @staticmethod
+    def forward(ctx, a, dim):
+        xp = ctx.xp
+        ctx.dim = dim
+        if a.dtype.kind in "iub":  # integer and bool running sums are int64, as in PyTorch
+            return xp.asarray(xp.cumsum(a, axis=dim, dtype=xp.int64), order="C")
+        # bf16/fp16 accumulate in float32 (a long running sum would drift), rounded back
+        return xp.cumsum(widened(a), axis=dim).astype(a.dtype, order="C", copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp, dim = ctx.xp, ctx.dim
+        return xp.flip(xp.cumsum(widened(xp.flip(grad, dim)), axis=dim), dim), None
 
 
 # --- functional wrappers ------------------------------------------------------------------
@@ -197,6 +217,20 @@ def argmax(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tenso
 
 def argmin(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tensor:
     return _arg(a, dim, keepdim, "argmin")
+
+
+def cumsum(a: Tensor, dim: int) -> Tensor:
+    """Running sums along ``dim``: ``out[..., i, ...] = a[..., :i+1, ...].sum(dim)``;
+    integer and bool inputs give int64.
+
+    >>> mt.cumsum(mt.tensor([1, 2, 3]), 0)
+    tensor([1, 3, 6])
+    """
+    require_tensor(a, "cumsum")
+    dim = _wrap_dim(dim, a.ndim, "cumsum")
+    if a.ndim == 0:  # one element: its own running sum
+        return cumsum(a.reshape(1), 0).reshape(())
+    return CumSum.apply(a, dim)
 
 
 def any(a: Tensor) -> Tensor:  # noqa: A001

@@ -1,0 +1,242 @@
+"""Order along a dim, and sampling by it: sort, topk, multinomial. With softmax and
+cumsum they are what text generation samples with (temperature, top-k, top-p).
+
+sort and topk choose positions along a dim, which has no gradient (a stable argsort, or
+an argpartition), then pick the values there with ``SelectAlongDim``, whose backward
+puts each gradient back where its value came from. multinomial draws category indices
+from rows of non-negative weights with the backend's seeded stream (``manual_seed``)
+and records no graph.
+
+>>> probs = (logits / temperature).softmax(-1)       # (B, V)
+>>> top = probs.topk(50)                             # the 50 likeliest: (B, 50) each
+>>> pick = mt.multinomial(top.values, 1)             # (B, 1), a position in top
+>>> token = top.indices.gather(-1, pick)             # (B, 1), a vocabulary id
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any
+
+import numpy as np
+
+from ..autograd import Function
+from ..backend import dtypes
+from ..tensor import Tensor, _wrap_dim
+from ._util import require_float, require_tensor
+
+ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])  # what sort/topk return
+
+# multinomial with replacement compares every uniform with every cdf entry of its row:
+# at most this many elements of the (B, samples, C) comparison exist at once
+_COMPARE_BUDGET = 1 << 24
+
+
+class SelectAlongDim(Function):
+    """``take_along_axis(a, index, dim)`` where ``index`` names each position along dim at
+    most once (the order sort or topk chose). Backward writes each gradient back to its
+    one position: an assignment, where gather's backward must scatter-add repeats."""
+
+    @staticmethod
+    def forward(ctx, a, index, dim):
+        ctx.in_shape, ctx.dim = a.shape, dim
+        ctx.save_for_backward(index)
+        return ctx.xp.asarray(ctx.xp.take_along_axis(a, index, axis=dim), order="C")
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        (index,) = ctx.saved_tensors
+        out = xp.zeros(ctx.in_shape, dtype=grad.dtype)
+        # the full position of every element of ``index``: its own, except along dim
+        position = [xp.arange(n).reshape((-1,) + (1,) * (index.ndim - 1 - d))
+                    for d, n in enumerate(index.shape)]
+        position[ctx.dim] = index
+        out[tuple(position)] = grad
+        return out, None, None
+
+
+# --- positions, on raw arrays -------------------------------------------------------------
+def _along(axis: int, part: slice) -> tuple:
+    """An index applying ``part`` to ``axis`` and keeping the dims before it whole."""
+    return (slice(None),) * axis + (part,)
+
+
+def _argsort(backend: Any, array: Any, axis: int, descending: bool) -> Any:
+    """A stable argsort along ``axis``. Descending sorts the reversed array ascending and
+    reverses back, so equal elements keep their order there too (negating instead would
+    overflow the smallest integer and means nothing for bool or unsigned)."""
+    if not descending:
+        return backend.stable_argsort(array, axis)
+    xp = backend.xp
+    reversed_order = backend.stable_argsort(xp.flip(array, axis), axis)
+    return (array.shape[axis] - 1) - xp.flip(reversed_order, axis)
+
+
+def _extreme_positions(backend: Any, array: Any, k: int, axis: int, largest: bool,
+                       in_order: bool) -> Any:
+    """Positions along ``axis`` of the ``k`` largest (or smallest) elements, from the most
+    extreme on when ``in_order``. A partition (linear time) picks them; only the k are
+    sorted, which matters for top-k over a vocabulary of 50k at every generated token."""
+    xp = backend.xp
+    n = array.shape[axis]
+    if k == 0 or k == n:  # nothing to partition off
+        return _argsort(backend, array, axis, largest)[_along(axis, slice(0, k))]
+    kth, part = (n - k, slice(n - k, n)) if largest else (k - 1, slice(0, k))
+    positions = xp.argpartition(array, kth, axis=axis)[_along(axis, part)]
+    if in_order:
+        chosen = xp.take_along_axis(array, positions, axis=axis)
+        order = _argsort(backend, chosen, axis, largest)
+        positions = xp.take_along_axis(positions, order, axis=axis)
+    return positions
+
+
+def _select(a: Tensor, positions: Any, dim: int) -> ValuesIndices:
+    indices = Tensor._make(a._backend.xp.asarray(positions, dtype=np.int64, order="C"),
+                           a._backend, False)
+    # the indices go in as an input, so an in-place edit of them before backward is caught
+    return ValuesIndices(SelectAlongDim.apply(a, indices, dim), indices)
+
+
+# --- functional wrappers ------------------------------------------------------------------
+def sort(a: Tensor, dim: int = -1, descending: bool = False) -> ValuesIndices:
+    """``(values, indices)``: ``a`` sorted along ``dim`` and where each value came from
+    (int64). The sort is stable, descending too: equal elements keep their order (as
+    torch.sort with stable=True). NaN sorts as the largest. Only ``values`` has a gradient.
+
+    >>> mt.sort(mt.tensor([3.0, 1.0, 3.0, 2.0]), descending=True).indices
+    tensor([0, 2, 3, 1])
+    """
+    require_tensor(a, "sort")
+    dim = _wrap_dim(dim, a.ndim, "sort")
+    if a.ndim == 0:  # one element: itself, at index 0
+        values, indices = sort(a.reshape(1), 0, descending)
+        return ValuesIndices(values.reshape(()), indices.reshape(()))
+    return _select(a, _argsort(a._backend, a.data, dim, bool(descending)), dim)
+
+
+def topk(a: Tensor, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True) -> ValuesIndices:  # noqa: A002 - torch's name
+    """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) elements
+    along ``dim``, the most extreme first; with ``sorted=False`` in no particular order.
+    Which of several equal elements is chosen is unspecified, as in PyTorch.
+
+    >>> mt.topk(mt.tensor([[0.1, 0.6, 0.3]]), 2).indices
+    tensor([[1, 2]])
+    """
+    require_tensor(a, "topk")
+    dim = _wrap_dim(dim, a.ndim, "topk")
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+        raise TypeError(f"topk: k must be an int, got {type(k).__name__}")
+    size = a.shape[dim] if a.ndim else 1
+    if not 0 <= k <= size:
+        raise ValueError(f"topk: k must be in [0, {size}] (the size of dim {dim} of a tensor "
+                         f"of shape {tuple(a.shape)}), got k={k}")
+    if a.ndim == 0:  # a 0-d tensor has one element along its one "dim"
+        values, indices = topk(a.reshape(1), k, 0, largest, sorted)
+        return ValuesIndices(values.reshape(()), indices.reshape(())) if k else \
+            ValuesIndices(values, indices)
+    positions = _extreme_positions(a._backend, a.data, int(k), dim, bool(largest), sorted)
+    return _select(a, positions, dim)
+
+
+def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    """Category indices (int64) drawn from each row of weights: ``probs`` (C,) gives
+    (num_samples,), (B, C) gives (B, num_samples). Weights must be finite and
+    non-negative with a positive sum per row; they need not sum to 1, and a weight of 0 is
+    never drawn. Without ``replacement`` a row's indices are distinct, in the order drawn.
+    The draws come from the backend's seeded stream (``manual_seed``); no graph.
+
+    >>> mt.multinomial(mt.tensor([[0.0, 1.0, 3.0]]), 4, replacement=True).shape
+    (1, 4)
+    """
+    require_tensor(probs, "multinomial", "probs")
+    require_float(probs, "multinomial", "probs")
+    if probs.ndim not in (1, 2):
+        raise ValueError(f"multinomial: expected probs of 1 or 2 dims, (C,) or (B, C), got "
+                         f"shape {tuple(probs.shape)}")
+    if not isinstance(num_samples, (int, np.integer)) or isinstance(num_samples, bool) \
+            or num_samples < 1:
+        raise ValueError(f"multinomial: expected num_samples to be an int >= 1, got "
+                         f"{num_samples!r}")
+    num_samples = int(num_samples)
+    backend, xp = probs._backend, probs._backend.xp
+    categories = probs.shape[-1]
+    if categories == 0:
+        raise ValueError(f"multinomial: probs has no categories (shape {tuple(probs.shape)})")
+    rows = probs.shape[0] if probs.ndim == 2 else 1
+    # float64 holds every float dtype exactly, and keeps the cdf of 50k categories precise
+    weights = probs.data.reshape(rows, categories).astype(np.float64)  # (B, C)
+    _check_weights(weights, xp)
+    if not replacement and num_samples > 1:
+        _check_enough_positive(weights, num_samples, xp)
+    # scaled so that each row's largest weight is 1: a row's sum can't overflow
+    weights = weights / weights.max(axis=1, keepdims=True)
+    if replacement or num_samples == 1:  # one draw without replacement is one with it
+        samples = _inverse_cdf(backend, weights, num_samples)
+    else:
+        samples = _exponential_race(backend, weights, num_samples)
+    samples = xp.asarray(samples, dtype=np.int64, order="C")  # (B, num_samples)
+    return Tensor._make(samples if probs.ndim == 2 else samples[0], backend, False)
+
+
+def _check_weights(weights: Any, xp: Any) -> None:
+    """Every weight finite and >= 0, every row with a positive one; the common case costs
+    one device-to-host transfer of a bool."""
+    valid = (weights >= 0) & xp.isfinite(weights)  # nan >= 0 is False
+    if bool(valid.all() & (weights.max(axis=1) > 0).all()):
+        return
+    if not bool(xp.isfinite(weights).all()):
+        row = int(xp.argmax(~xp.isfinite(weights).all(axis=1)))
+        raise ValueError(f"multinomial: probs must be finite, got inf or nan in row {row}")
+    if bool((weights < 0).any()):
+        row = int(xp.argmax((weights < 0).any(axis=1)))
+        raise ValueError(f"multinomial: probs must be non-negative, got "
+                         f"{float(weights.min())} in row {row}")
+    row = int(xp.argmax(weights.max(axis=1) <= 0))
+    raise ValueError(f"multinomial: row {row} of probs sums to 0; expected at least one "
+                     "positive weight per row")
+
+
+def _check_enough_positive(weights: Any, num_samples: int, xp: Any) -> None:
+    categories = weights.shape[1]
+    if num_samples > categories:
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without "
+                         f"replacement from {categories} categories")
+    positive = (weights > 0).sum(axis=1)  # (B,)
+    if bool((positive < num_samples).any()):
+        row = int(xp.argmax(positive < num_samples))
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without "
+                         f"replacement from row {row}, which has only {int(positive[row])} "
+                         "positive weights")
+
+
+def _inverse_cdf(backend: Any, weights: Any, num_samples: int) -> Any:
+    """With replacement: a uniform u falls in category j when cdf[j-1] <= u < cdf[j]."""
+    xp = backend.xp
+    cdf = xp.cumsum(weights, axis=1)  # (B, C)
+    # x / x is exactly 1, so the last entry is 1 and every u in [0, 1) lands in the row; a
+    # weight of 0 repeats its left neighbour's entry exactly: an empty interval, never hit
+    cdf /= cdf[:, -1:]
+    uniforms = backend.rand((weights.shape[0], num_samples), dtypes.float64)  # (B, n)
+    # the category of u is the number of cdf entries <= u, counted for a chunk of samples
+    # at a time so that the (B, chunk, C) comparison stays within _COMPARE_BUDGET
+    chunk = max(1, _COMPARE_BUDGET // max(cdf.size, 1))
+    pieces = [(cdf[:, None, :] <= uniforms[:, start:start + chunk, None]).sum(axis=2)
+              for start in range(0, num_samples, chunk)]
+    return pieces[0] if len(pieces) == 1 else xp.concatenate(pieces, axis=1)
+
+
+def _exponential_race(backend: Any, weights: Any, num_samples: int) -> Any:
+    """Without replacement: each category arrives at time E / w with E ~ Exp(1); the first
+    ``num_samples`` to arrive are the sample, in arrival order. That has the law of
+    drawing one category at a time and renormalising the rest (log w - log E is Gumbel:
+    the Gumbel-top-k trick)."""
+    xp = backend.xp
+    positive = weights > 0  # (B, C)
+    uniforms = backend.rand(weights.shape, dtypes.float64)
+    exponential = -xp.log1p(-uniforms)  # in [0, inf): 1 - u is in (0, 1]
+    # compared as log E - log w, finite for every positive weight (E / w overflows to inf
+    # for a subnormal w and would tie with the weights of 0, which arrive never: inf)
+    arrival = xp.where(positive,
+                       xp.log(exponential) - xp.log(xp.where(positive, weights, 1.0)), xp.inf)
+    return _extreme_positions(backend, arrival, num_samples, 1, largest=False, in_order=True)
