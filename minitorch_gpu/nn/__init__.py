@@ -1,0 +1,19 @@
+"""Neural-network modules: ``Module``/``Parameter``, containers, the GPT's layers and GPT.
+
+>>> import minitorch_gpu.nn as nn
+>>> layer = nn.Linear(4, 3)
+>>> [name for name, _ in layer.named_parameters()]
+['weight', 'bias']
+"""
+from . import functional, init
+from .containers import ModuleDict, ModuleList, Sequential
+from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig, KVCache
+from .layers import GELU, Dropout, Embedding, LayerNorm, Linear
+from .module import IncompatibleKeys, Module, RemovableHandle
+from .parameter import Parameter
+from .sampling import sample_next_token
+
+__all__ = ["GELU", "GPT", "Block", "CausalSelfAttention", "Dropout", "Embedding", "GPTConfig",
+           "IncompatibleKeys", "KVCache", "LayerNorm", "Linear", "MLP", "Module",
+           "ModuleDict", "ModuleList", "Parameter", "RemovableHandle", "Sequential",
+           "functional", "init", "sample_next_token"]

@@ -1,0 +1,152 @@
+"""The layers of a GPT: Linear, Embedding, LayerNorm, Dropout, GELU.
+
+Each owns its parameters and calls one fused op of the core (``minitorch_gpu.functional``);
+none touches the array module itself. Shapes and default initialisations follow PyTorch.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence, Union
+
+from .. import functional as F
+from ..creation import empty
+from ..tensor import Tensor
+from . import init
+from .module import Module
+from .parameter import Parameter
+
+
+def _positive_int(value: Any, layer: str, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{layer}: {name} must be a positive int, got {value!r}")
+    return value
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias``: x (..., in_features) -> (..., out_features).
+
+    ``weight`` is (out_features, in_features), as in PyTorch, so weights load key by key.
+    Initialised as PyTorch's: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.in_features = _positive_int(in_features, "Linear", "in_features")
+        self.out_features = _positive_int(out_features, "Linear", "out_features")
+        self.weight = Parameter(empty(out_features, in_features, device=device, dtype=dtype))
+        if bias:
+            self.bias = Parameter(empty(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.in_features)
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class Embedding(Module):
+    """A lookup table: integer ids of any shape (...) -> rows of ``weight`` (..., dim).
+    Initialised N(0, 1) as PyTorch's."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__()
+        self.num_embeddings = _positive_int(num_embeddings, "Embedding", "num_embeddings")
+        self.embedding_dim = _positive_int(embedding_dim, "Embedding", "embedding_dim")
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+
+    def forward(self, indices: Tensor) -> Tensor:
+        return F.embedding(indices, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class LayerNorm(Module):
+    """Normalise over the trailing ``normalized_shape`` dims, then scale (and shift, unless
+    ``bias=False``: nanoGPT's option, which PyTorch added in 2.1)."""
+
+    def __init__(self, normalized_shape: Union[int, Sequence[int]], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) \
+            else tuple(normalized_shape)
+        for n in shape:
+            _positive_int(n, "LayerNorm", "normalized_shape")
+        if not eps > 0:
+            raise ValueError(f"LayerNorm: eps must be > 0, got {eps}")
+        self.normalized_shape = shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(empty(*shape, device=device, dtype=dtype))
+            if bias:
+                self.bias = Parameter(empty(*shape, device=device, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}")
+
+
+class Dropout(Module):
+    """Zero each element with probability ``p`` in training mode (scaling the rest by
+    1/(1-p)); the identity in ``eval()`` mode."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+        self.p = float(p)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class GELU(Module):
+    """GELU activation; ``approximate="tanh"`` is the form GPT-2 was trained with."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
