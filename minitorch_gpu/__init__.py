@@ -16,7 +16,7 @@ from .ops import *  # noqa: F401,F403 - the functional API: mt.add, mt.matmul, m
 from .creation import (arange, empty, empty_like, from_numpy, full, full_like, ones, ones_like,
                        rand, randint, randn, randn_like, tensor, zeros, zeros_like)
 from . import cuda, functional, testing  # noqa: E402
-from . import nn  # noqa: E402  (modules build on everything above)
+from . import nn, optim  # noqa: E402  (modules and optimizers build on everything above)
 
 float = float32  # noqa: A001 - torch.float
 double = float64
