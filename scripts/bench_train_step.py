@@ -1,0 +1,103 @@
+"""Training-step and generation speed of a small GPT on this machine.
+
+Times the whole step a trainer runs, forward + cross-entropy + backward + AdamW, on
+nanoGPT's CPU "baby" Shakespeare shape by default (n_layer 4, n_head 4, n_embd 128,
+block_size 64, batch 12, vocab 65, float32, dropout 0), then KV-cached generation at batch 1.
+Prints one JSON line per measurement: median (and min, max) over the timed steps after
+warm-up, tokens per second, and the FLOP rate implied by ``flops_per_token()``.
+
+    python scripts/bench_train_step.py [--steps 50] [--warmup 5] [--n-layer 4] ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+import minitorch_gpu as mt
+import minitorch_gpu.nn as nn
+
+
+def median_min_max(samples: list) -> dict:
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-layer", type=int, default=4)
+    parser.add_argument("--n-head", type=int, default=4)
+    parser.add_argument("--n-embd", type=int, default=128)
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=12)
+    parser.add_argument("--vocab-size", type=int, default=65)
+    parser.add_argument("--steps", type=int, default=50, help="timed training steps")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    parser.add_argument("--new-tokens", type=int, default=200, help="tokens to generate")
+    parser.add_argument("--prompt", type=int, default=16, help="prompt length for generation")
+    parser.add_argument("--generate-runs", type=int, default=5, help="timed generation runs")
+    args = parser.parse_args()
+
+    mt.manual_seed(1337)
+    config = nn.GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size,
+                          n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                          dropout=0.0, bias=True)
+    model = nn.GPT(config)
+    optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3,
+                                           betas=(0.9, 0.99))
+    rng = np.random.default_rng(0)
+    B, T = args.batch_size, args.block_size
+    batches = [(mt.tensor(rng.integers(0, args.vocab_size, (B, T))),
+                mt.tensor(rng.integers(0, args.vocab_size, (B, T)))) for _ in range(8)]
+
+    def step(i: int) -> float:
+        x, y = batches[i % len(batches)]
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for i in range(args.warmup):
+        step(i)
+    times = []
+    for i in range(args.steps):
+        start = time.perf_counter()
+        step(i)
+        times.append((time.perf_counter() - start) * 1e3)
+    ms = median_min_max(times)
+    tokens_per_step = B * T
+    machine = {"machine": platform.machine(), "cpus": os.cpu_count(),
+               "python": platform.python_version(), "numpy": np.__version__}
+    print(json.dumps({
+        "case": "train_step", "n_layer": args.n_layer, "n_head": args.n_head,
+        "n_embd": args.n_embd, "block_size": T, "batch_size": B, "vocab_size": args.vocab_size,
+        "params": model.num_params(), "steps": args.steps, "step_ms": ms,
+        "tokens_per_s": tokens_per_step / (ms["median"] / 1e3),
+        "gflop_per_s": model.flops_per_token() * tokens_per_step / (ms["median"] / 1e3) / 1e9,
+        **machine}))
+
+    # generation at batch 1: past block_size the window slides, by one token (exactly
+    # nanoGPT's cropping: the whole window reruns per token) or by half a block
+    model.eval()
+    prompt = batches[0][0][:1, :args.prompt]
+    for use_cache, shift in ((True, 1), (True, T // 2), (False, 1)):
+        runs = []
+        for _ in range(args.generate_runs):
+            start = time.perf_counter()
+            model.generate(prompt, args.new_tokens, temperature=1.0, use_cache=use_cache,
+                           window_shift=shift)
+            runs.append(time.perf_counter() - start)
+        seconds = median_min_max(runs)
+        print(json.dumps({"case": "generate", "kv_cache": use_cache, "window_shift": shift,
+                          "batch_size": 1, "prompt": args.prompt,
+                          "new_tokens": args.new_tokens, "seconds": seconds,
+                          "tokens_per_s": args.new_tokens / seconds["median"]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The GPT and AdamW against PyTorch, where PyTorch is installed (a development-only
+reference; it is never a dependency, and this file is skipped without it).
+
+A GPT-2 written here directly in torch, with the parameter names nanoGPT uses, loads our
+state dict key by key; logits, loss, every gradient and three AdamW steps must agree in
+float64.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import minitorch_gpu as mt
+import minitorch_gpu.nn as nn
+
+torch = pytest.importorskip("torch")
+tnn, tF = torch.nn, torch.nn.functional
+
+
+class TorchBlock(tnn.Module):
+    def __init__(self, d: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1, self.ln_2 = tnn.LayerNorm(d), tnn.LayerNorm(d)
+        self.attn = tnn.Module()
+        self.attn.c_attn, self.attn.c_proj = tnn.Linear(d, 3 * d), tnn.Linear(d, d)
+        self.mlp = tnn.Module()
+        self.mlp.c_fc, self.mlp.c_proj = tnn.Linear(d, 4 * d), tnn.Linear(4 * d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = tF.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp.c_proj(tF.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class TorchGPT(tnn.Module):
+    def __init__(self, c: nn.GPTConfig):
+        super().__init__()
+        self.transformer = tnn.ModuleDict(dict(
+            wte=tnn.Embedding(c.vocab_size, c.n_embd), wpe=tnn.Embedding(c.block_size, c.n_embd),
+            h=tnn.ModuleList(TorchBlock(c.n_embd, c.n_head) for _ in range(c.n_layer)),
+            ln_f=tnn.LayerNorm(c.n_embd)))
+        self.lm_head = tnn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+
+    def forward(self, idx, targets):
+        tr = self.transformer
+        x = tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1]))
+        for block in tr.h:
+            x = block(x)
+        logits = self.lm_head(tr.ln_f(x))
+        return logits, tF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+@pytest.fixture
+def pair():
+    config = nn.GPTConfig(block_size=16, vocab_size=23, n_layer=2, n_head=4, n_embd=32)
+    ours = nn.GPT(config).double()
+    theirs = TorchGPT(config).double()
+    state = {k: torch.from_numpy(v.numpy().copy()) for k, v in ours.state_dict().items()}
+    theirs.load_state_dict(state, strict=True)  # every key matches, shapes included
+    rng = np.random.default_rng(0)
+    idx, targets = rng.integers(0, 23, (3, 16)), rng.integers(0, 23, (3, 16))
+    return ours, theirs, idx, targets
+
+
+def test_logits_loss_and_every_gradient_match_pytorch(pair):
+    ours, theirs, idx, targets = pair
+    logits, loss = ours(mt.tensor(idx), mt.tensor(targets))
+    loss.backward()
+    t_logits, t_loss = theirs(torch.from_numpy(idx), torch.from_numpy(targets))
+    t_loss.backward()
+    np.testing.assert_allclose(logits.detach().numpy(), t_logits.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)
+    assert loss.item() == pytest.approx(t_loss.item(), rel=1e-12)
+    assert loss.item() == pytest.approx(math.log(23), abs=0.1)
+    t_params = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), t_params[name].grad.numpy(), rtol=1e-8,
+                                   atol=1e-12, err_msg=name)
+
+
+def test_three_adamw_steps_match_pytorch(pair):
+    ours, theirs, idx, targets = pair
+    opt = ours.configure_optimizers(weight_decay=0.1, learning_rate=1e-2, betas=(0.9, 0.95))
+    t_params = dict(theirs.named_parameters())
+    t_opt = torch.optim.AdamW(
+        [{"params": [t_params[n] for n, p in ours.named_parameters() if p.ndim >= 2],
+          "weight_decay": 0.1},
+         {"params": [t_params[n] for n, p in ours.named_parameters() if p.ndim < 2],
+          "weight_decay": 0.0}], lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    for _ in range(3):
+        opt.zero_grad()
+        ours(mt.tensor(idx), mt.tensor(targets))[1].backward()
+        opt.step()
+        t_opt.zero_grad()
+        theirs(torch.from_numpy(idx), torch.from_numpy(targets))[1].backward()
+        t_opt.step()
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), t_params[name].detach().numpy(),
+                                   rtol=1e-9, atol=1e-12, err_msg=name)
