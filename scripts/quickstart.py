@@ -1,10 +1,11 @@
-"""A first run of minitorch_gpu: views and strides, then a tiny language model trained
-with autograd on a corpus every Python has (the Zen of Python), then text sampled from it.
+"""A first run of minitorch_gpu: views and strides, then a small GPT trained with AdamW on
+a corpus every Python has (the Zen of Python), then text sampled from it with the KV cache.
 
     python scripts/quickstart.py [--steps 400] [--device cpu]
 
-Everything here is the core API: tensors, views, ops, backward, no_grad. The GPT, the
-optimizers and the YAML-driven trainer build on exactly these pieces.
+The pieces are the framework's own: tensors and autograd, ``nn.GPT`` (nanoGPT's
+architecture and parameter names), ``optim.AdamW`` with a warm-up + cosine schedule and
+gradient clipping, and ``GPT.generate``.
 """
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import argparse
 import codecs
 import contextlib
 import io
-import math
 import time
 
 import minitorch_gpu as mt
-import minitorch_gpu.functional as F
+import minitorch_gpu.nn as nn
+import minitorch_gpu.optim as optim
 
 
 def zen_text() -> str:
@@ -52,54 +53,40 @@ def main() -> None:
     chars = sorted(set(text))
     stoi = {c: i for i, c in enumerate(chars)}
     data = mt.tensor([stoi[c] for c in text], device=args.device)
-    vocab, context, emb, hidden, batch = len(chars), 8, 24, 256, 64
-    print(f"corpus: the Zen of Python, {len(text)} characters, vocabulary {vocab}")
+    print(f"corpus: the Zen of Python, {len(text)} characters, vocabulary {len(chars)}")
 
-    def param(*shape: int, scale: float) -> mt.Tensor:
-        return (mt.randn(*shape, device=args.device) * scale).requires_grad_()
+    # a character-level GPT-2: same architecture and parameter names as nanoGPT's
+    config = nn.GPTConfig(block_size=32, vocab_size=len(chars), n_layer=2, n_head=4,
+                          n_embd=64, dropout=0.0)
+    model = nn.GPT(config).to(args.device)
+    print(f"model: GPT with {model.num_params():,} parameters "
+          f"(n_layer {config.n_layer}, n_head {config.n_head}, n_embd {config.n_embd})\n")
+    optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=3e-3,
+                                           betas=(0.9, 0.99))
+    schedule = optim.WarmupCosineLR(optimizer, warmup_iters=20, lr_decay_iters=args.steps,
+                                    min_lr=3e-4)
 
-    # a character MLP language model: embed the last 8 characters, one hidden layer
-    wte = param(vocab, emb, scale=1.0)
-    w1 = param(hidden, context * emb, scale=1 / math.sqrt(context * emb))
-    b1 = param(hidden, scale=0.0)
-    w2 = param(vocab, hidden, scale=0.1 / math.sqrt(hidden))
-    b2 = param(vocab, scale=0.0)
-    params = [wte, w1, b1, w2, b2]
-    print(f"model: {sum(p.numel() for p in params):,} parameters\n")
-
-    def logits_of(idx: mt.Tensor) -> mt.Tensor:
-        x = F.embedding(idx, wte).flatten(1)  # (B, context * emb)
-        h = F.gelu(F.linear(x, w1, b1), approximate="tanh")  # (B, hidden)
-        return F.linear(h, w2, b2)  # (B, vocab)
-
-    offsets = mt.arange(context, device=args.device)
+    batch, T = 16, config.block_size
+    offsets = mt.arange(T, device=args.device)
     start = time.perf_counter()
     for step in range(args.steps + 1):
-        starts = mt.randint(0, len(text) - context, (batch,), device=args.device)
-        window = starts.unsqueeze(1) + offsets  # (B, context) positions
-        idx, target = data[window], data[starts + context]
-        loss = F.cross_entropy(logits_of(idx), target)
-        for p in params:
-            p.grad = None
+        starts = mt.randint(0, len(text) - T - 1, (batch, 1), device=args.device)
+        idx, targets = data[starts + offsets], data[starts + offsets + 1]  # (B, T) each
+        _, loss = model(idx, targets)
+        optimizer.zero_grad()
         loss.backward()
-        lr = 0.5 * (0.5 * (1 + math.cos(math.pi * step / args.steps)) * 0.9 + 0.1)
-        with mt.no_grad():  # plain SGD with a cosine schedule
-            for p in params:
-                p -= lr * p.grad
+        optim.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
         if step % 100 == 0:
             print(f"step {step:4d}  loss {loss.item():.3f}")
     elapsed = time.perf_counter() - start
     print(f"\n{args.steps} steps in {elapsed:.1f}s ({args.steps / elapsed:.0f} steps/s)\n")
 
-    with mt.no_grad():
-        out = [stoi[c] for c in "Beautiful is "]
-        for _ in range(160):
-            idx = mt.tensor([out[-context:]], device=args.device)
-            probs = F.softmax(logits_of(idx) / 0.8, dim=-1)
-            cumulative = probs.cpu().numpy()[0].cumsum()
-            draw = mt.rand(1).item() * cumulative[-1]
-            out.append(int((cumulative < draw).sum()))
-    print("sample:\n" + "".join(chars[i] for i in out))
+    model.eval()
+    prompt = mt.tensor([[stoi[c] for c in "Beautiful is "]], device=args.device)
+    out = model.generate(prompt, 160, temperature=0.8, top_k=10)  # KV-cached sampling
+    print("sample:\n" + "".join(chars[i] for i in out[0].tolist()))
 
 
 if __name__ == "__main__":
