@@ -110,6 +110,16 @@ def test_without_targets_only_the_last_position_is_scored_unless_asked():
     np.testing.assert_allclose(host(last)[:, 0], host(every)[:, -1], rtol=1e-6, atol=1e-7)
 
 
+def test_shifted_slices_of_one_batch_serve_as_inputs_and_targets():
+    model = tiny()
+    ids = random_ids((2, 9), 13, 18)
+    inputs, targets = ids[:, :-1], ids[:, 1:]  # non-contiguous views
+    assert not targets.is_contiguous()
+    _, loss = model(inputs, targets)
+    _, expected = model(inputs.contiguous(), targets.contiguous())
+    assert loss.item() == expected.item()
+
+
 def test_targets_of_minus_one_are_ignored():
     model = tiny()
     idx, targets = random_ids((2, 8), 13, 3), random_ids((2, 8), 13, 4)

@@ -222,7 +222,7 @@ class GPT(Module):
             kv_cache.length += T
         if targets is not None:
             logits = self.lm_head(x)  # (B, T, V)
-            loss = F.cross_entropy(logits.view(B * T, -1), targets.view(B * T),
+            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T),
                                    ignore_index=-1)
             return logits, loss
         if not all_logits:
