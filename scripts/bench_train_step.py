@@ -7,13 +7,16 @@ Prints one JSON line per measurement: median (and min, max) over the timed steps
 warm-up, tokens per second, and the FLOP rate implied by ``flops_per_token()``.
 
     python scripts/bench_train_step.py [--steps 50] [--warmup 5] [--n-layer 4] ...
+    python scripts/bench_train_step.py --cprofile 20   # where a step's time goes, by function
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import platform
+import pstats
 import statistics
 import time
 
@@ -25,6 +28,24 @@ import minitorch_gpu.nn as nn
 
 def median_min_max(samples: list) -> dict:
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+
+
+def print_profile(step, steps: int, top: int = 14) -> None:
+    """Own time per step of the functions that take the most (cProfile adds its overhead)."""
+    profile = cProfile.Profile()
+    profile.enable()
+    for i in range(steps):
+        step(i)
+    profile.disable()
+    stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, _, own, cumulative, _)
+    total = sum(own for _, _, own, _, _ in stats.values())
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    print(f"{'function':58s} {'calls/step':>10s} {'own ms/step':>11s} {'% of step':>9s}")
+    for (path, line, name), (calls, _, own, _, _) in rows:
+        where = f"{os.path.relpath(path) if path != '~' else ''}:{line}({name})"
+        print(f"{where[-58:]:58s} {calls / steps:10.1f} {own / steps * 1e3:11.2f} "
+              f"{100 * own / total:9.1f}")
+    print(f"{'total':58s} {'':10s} {total / steps * 1e3:11.2f}")
 
 
 def main() -> None:
@@ -40,6 +61,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=200, help="tokens to generate")
     parser.add_argument("--prompt", type=int, default=16, help="prompt length for generation")
     parser.add_argument("--generate-runs", type=int, default=5, help="timed generation runs")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
+                        help="instead of timing, profile N steps with cProfile and print the "
+                             "functions that take the most time (ms per step)")
     args = parser.parse_args()
 
     mt.manual_seed(1337)
@@ -64,6 +88,9 @@ def main() -> None:
 
     for i in range(args.warmup):
         step(i)
+    if args.cprofile:
+        print_profile(step, args.cprofile)
+        return
     times = []
     for i in range(args.steps):
         start = time.perf_counter()
