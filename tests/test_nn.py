@@ -311,3 +311,12 @@ def test_embedding_layer_norm_dropout_gelu_forward():
 def test_bad_layer_arguments_raise(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_deepcopy_and_pickle_of_a_module_copy_the_weights_and_keep_ties():
+    model = Tied()
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert clone.head.weight is clone.embed.weight  # still one tensor
+        assert clone.head.weight is not model.head.weight
+        assert type(clone.head.weight) is nn.Parameter
+        np.testing.assert_array_equal(host(clone.embed.weight), host(model.embed.weight))

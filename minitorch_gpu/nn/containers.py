@@ -7,7 +7,32 @@ from typing import Any, Dict, Iterable, Iterator, Optional, Union
 from .module import Module, _format, _indent
 
 
-class Sequential(Module):
+class _IndexedModules(Module):
+    """Children kept in order and reached by position (what Sequential and ModuleList
+    share); a slice is a new container of the same kind."""
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def __getitem__(self, index: Union[int, slice]) -> Any:
+        modules = list(self._modules.values())
+        if isinstance(index, slice):
+            return self._of(modules[index])
+        return modules[_index(index, len(modules), type(self).__name__)]
+
+    @classmethod
+    def _of(cls, modules: list) -> "_IndexedModules":
+        raise NotImplementedError
+
+    def append(self, module: Module) -> Any:
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class Sequential(_IndexedModules):
     """Modules applied one after the other: ``Sequential(Linear(4, 8), GELU(), Linear(8, 2))``
     (children named "0", "1", ...) or ``Sequential(OrderedDict(fc=..., act=...))``."""
 
@@ -25,24 +50,12 @@ class Sequential(Module):
             x = module(x)
         return x
 
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def __getitem__(self, index: Union[int, slice]) -> Any:
-        modules = list(self._modules.values())
-        if isinstance(index, slice):
-            return Sequential(*modules[index])
-        return modules[_index(index, len(modules), "Sequential")]
-
-    def append(self, module: Module) -> "Sequential":
-        self.add_module(str(len(self)), module)
-        return self
+    @classmethod
+    def _of(cls, modules: list) -> "Sequential":
+        return cls(*modules)
 
 
-class ModuleList(Module):
+class ModuleList(_IndexedModules):
     """A list of modules, registered as children "0", "1", ... (a GPT's blocks)."""
 
     def __init__(self, modules: Optional[Iterable[Module]] = None) -> None:
@@ -50,24 +63,12 @@ class ModuleList(Module):
         if modules is not None:
             self.extend(modules)
 
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def __getitem__(self, index: Union[int, slice]) -> Any:
-        modules = list(self._modules.values())
-        if isinstance(index, slice):
-            return ModuleList(modules[index])
-        return modules[_index(index, len(modules), "ModuleList")]
+    @classmethod
+    def _of(cls, modules: list) -> "ModuleList":
+        return cls(modules)
 
     def __setitem__(self, index: int, module: Module) -> None:
         self.add_module(str(_index(index, len(self), "ModuleList")), module)
-
-    def append(self, module: Module) -> "ModuleList":
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules: Iterable[Module]) -> "ModuleList":
         for module in modules:

@@ -180,6 +180,16 @@ def expand_reduced(grad: Any, shape: tuple, axes: Optional[tuple], keepdim: bool
     return xp.broadcast_to(grad, shape)
 
 
+def index_along(index: Any, dim: int, xp: Any) -> tuple:
+    """The full position of every element of ``index`` in the array it indexes along
+    ``dim``: its own position in every other dim, ``index`` along ``dim`` (the advanced
+    index that undoes ``take_along_axis``, for the backward of gather, sort and topk)."""
+    position = [xp.arange(n).reshape((-1,) + (1,) * (index.ndim - 1 - d))
+                for d, n in enumerate(index.shape)]
+    position[dim] = index
+    return tuple(position)
+
+
 def require_tensor(x: Any, op: str, name: str = "input") -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: expected {name} to be a Tensor, got {type(x).__name__}")

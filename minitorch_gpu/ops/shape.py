@@ -17,7 +17,7 @@ import numpy as np
 from ..autograd import Function
 from ..backend import dtypes, get_backend
 from ..tensor import Tensor, _wrap_dim
-from ._util import cast_to, promote_types, require_tensor
+from ._util import cast_to, index_along, promote_types, require_tensor
 
 
 # --- strides ------------------------------------------------------------------------------
@@ -238,11 +238,8 @@ class GatherAlongDim(Function):
         xp = ctx.xp
         (index,) = ctx.saved_tensors
         out = xp.zeros(ctx.in_shape, dtype=grad.dtype)
-        # the full index of every element of ``index``: its own position, except along dim
-        position = [xp.arange(n).reshape((-1,) + (1,) * (index.ndim - 1 - d))
-                    for d, n in enumerate(index.shape)]
-        position[ctx.dim] = index
-        ctx.backend.scatter_add(out, tuple(position), grad)
+        # an index may repeat: its gradients add up
+        ctx.backend.scatter_add(out, index_along(index, ctx.dim, xp), grad)
         return out, None, None
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor, _wrap_dim
-from ._util import require_float, require_tensor
+from ._util import index_along, require_float, require_tensor
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])  # what sort/topk return
 
@@ -47,11 +47,7 @@ class SelectAlongDim(Function):
         xp = ctx.xp
         (index,) = ctx.saved_tensors
         out = xp.zeros(ctx.in_shape, dtype=grad.dtype)
-        # the full position of every element of ``index``: its own, except along dim
-        position = [xp.arange(n).reshape((-1,) + (1,) * (index.ndim - 1 - d))
-                    for d, n in enumerate(index.shape)]
-        position[ctx.dim] = index
-        out[tuple(position)] = grad
+        out[index_along(index, ctx.dim, xp)] = grad  # no position repeats: assign
         return out, None, None
 
 
