@@ -104,3 +104,16 @@ def test_three_adamw_steps_match_pytorch(pair):
     for name, p in ours.named_parameters():
         np.testing.assert_allclose(p.detach().numpy(), t_params[name].detach().numpy(),
                                    rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_a_pytorch_state_dict_loads_key_by_key(pair):
+    ours, theirs, idx, targets = pair
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.add_(0.01 * torch.randn_like(p))  # now different from ours
+    result = ours.load_state_dict(theirs.state_dict())  # torch tensors, as they are
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    logits, _ = ours(mt.tensor(idx), mt.tensor(targets))
+    t_logits, _ = theirs(torch.from_numpy(idx), torch.from_numpy(targets))
+    np.testing.assert_allclose(logits.detach().numpy(), t_logits.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)

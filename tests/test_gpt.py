@@ -146,6 +146,29 @@ def test_bad_inputs_raise_clear_errors(call, error, message):
         call(tiny())
 
 
+def test_a_gpt_without_biases_trains():
+    model = tiny(bias=False)
+    _, loss = model(random_ids((2, 8), 13, 19), random_ids((2, 8), 13, 20))
+    loss.backward()
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in model.parameters())
+
+
+def test_crop_block_size_keeps_the_first_positions():
+    model = tiny()
+    wpe = host(model.transformer.wpe.weight).copy()
+    idx = random_ids((1, 5), 13, 21)
+    before = host(model(idx)[0])
+    model.crop_block_size(5)
+    assert model.config.block_size == 5 and model.transformer.wpe.weight.shape == (5, 8)
+    np.testing.assert_array_equal(host(model.transformer.wpe.weight), wpe[:5])
+    np.testing.assert_array_equal(host(model(idx)[0]), before)
+    assert "transformer.wpe.weight" in dict(model.named_parameters())
+    with pytest.raises(ValueError, match="cannot run a sequence of length 6: the block size is 5"):
+        model(random_ids((1, 6), 13))
+    with pytest.raises(ValueError, match=r"crop_block_size: block_size must be an int in \[1, 5\]"):
+        model.crop_block_size(6)
+
+
 def test_every_parameter_gradient_matches_central_differences_in_float64():
     mt.manual_seed(3)
     model = tiny(dropout=0.0).double()
@@ -274,6 +297,17 @@ def test_a_window_shift_drops_that_many_tokens_when_the_text_outgrows_the_block(
             start = t - (8 + 1 - shift)
         logits = host(model(mt.tensor(out[:, start:t]))[0])[:, -1]
         np.testing.assert_array_equal(out[:, t], logits.argmax(-1))
+
+
+def test_a_prompt_longer_than_the_block_is_cropped_and_zero_new_tokens_is_the_prompt():
+    model = tiny().eval()
+    prompt = random_ids((2, 12), 13, 22)  # block_size is 8
+    cached = host(model.generate(prompt, 4, temperature=0))
+    np.testing.assert_array_equal(cached, host(model.generate(prompt, 4, temperature=0,
+                                                              use_cache=False)))
+    first = host(model(prompt[:, -8:])[0])[:, -1].argmax(-1)
+    np.testing.assert_array_equal(cached[:, 12], first)
+    np.testing.assert_array_equal(host(model.generate(prompt, 0)), host(prompt))
 
 
 def test_greedy_generation_takes_the_argmax_every_step():

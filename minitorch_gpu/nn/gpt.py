@@ -21,6 +21,7 @@ from . import init
 from .containers import ModuleDict, ModuleList
 from .layers import GELU, Dropout, Embedding, LayerNorm, Linear
 from .module import Module
+from .parameter import Parameter
 from .sampling import check_sampling, sample_next_token
 
 
@@ -237,6 +238,17 @@ class GPT(Module):
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ValueError(f"GPT.forward: {name} must be (batch, time) with time >= 1, got "
                              f"shape {tuple(ids.shape)}")
+
+    def crop_block_size(self, block_size: int) -> None:
+        """Shrink the context to ``block_size`` positions (keeping the first rows of the
+        position table), as nanoGPT does to fine-tune a checkpoint on shorter sequences."""
+        if not isinstance(block_size, int) or not 1 <= block_size <= self.config.block_size:
+            raise ValueError(f"crop_block_size: block_size must be an int in [1, "
+                             f"{self.config.block_size}], got {block_size!r}")
+        wpe = self.transformer.wpe
+        wpe.weight = Parameter(wpe.weight[:block_size].contiguous())
+        wpe.num_embeddings = block_size
+        self.config.block_size = block_size
 
     # --- generation ---------------------------------------------------------------------
     @no_grad()
