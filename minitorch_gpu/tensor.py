@@ -207,6 +207,7 @@ class Tensor:
         self.data = source.data
         self._backend = source._backend
         self._version = [self._version[0] + 1]  # new storage: views of the old one part ways
+        self._accumulator = None  # its graph node knew the old dtype and shape
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":

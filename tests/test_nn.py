@@ -261,6 +261,15 @@ def test_to_dtype_converts_in_place_keeping_parameters_ties_and_grads():
     assert weight.dtype == mt.float32
 
 
+def test_gradients_after_a_dtype_change_have_the_new_dtype():
+    layer = nn.Linear(3, 2)
+    layer(mt.randn(4, 3)).sum().backward()  # the weight's graph node now exists
+    layer.zero_grad()
+    layer.double()
+    layer(mt.randn(4, 3, dtype=mt.float64)).sum().backward()
+    assert layer.weight.grad.dtype == mt.float64 and layer.bias.grad.dtype == mt.float64
+
+
 def test_module_to_device_moves_parameters_and_buffers(device):
     model = TwoLayer().to(device)
     assert all(p.device == device for p in model.parameters())
