@@ -524,8 +524,8 @@ class Tensor:
     def cumsum(self, dim: int) -> "Tensor":
         return _ops.cumsum(self, dim)
 
-    def sort(self, dim: int = -1, descending: bool = False) -> Any:
-        return _ops.sort(self, dim, descending)
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
+        return _ops.sort(self, dim, descending, stable)
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
         return _ops.topk(self, k, dim, largest, sorted)

@@ -113,6 +113,7 @@ def test_a_pytorch_state_dict_loads_key_by_key(pair):
             p.add_(0.01 * torch.randn_like(p))  # now different from ours
     result = ours.load_state_dict(theirs.state_dict())  # torch tensors, as they are
     assert result.missing_keys == [] and result.unexpected_keys == []
+    ours.load_state_dict(dict(theirs.named_parameters()), strict=False)  # requiring grad
     logits, _ = ours(mt.tensor(idx), mt.tensor(targets))
     t_logits, _ = theirs(torch.from_numpy(idx), torch.from_numpy(targets))
     np.testing.assert_allclose(logits.detach().numpy(), t_logits.detach().numpy(), rtol=1e-10,

@@ -41,6 +41,15 @@ def test_config_rejects_impossible_shapes(changes, message):
         nn.GPTConfig(**{**TINY, **changes})
 
 
+def test_config_takes_numpy_integers_and_each_model_keeps_its_own_copy():
+    config = nn.GPTConfig(**{**TINY, "vocab_size": np.int64(13)})
+    assert type(config.vocab_size) is int
+    a, b = nn.GPT(config), nn.GPT(config)
+    b.crop_block_size(4)
+    assert a.config.block_size == 8 and config.block_size == 8
+    a(random_ids((1, 8), 13))  # still runs the full block
+
+
 # --- names and initialisation -------------------------------------------------------------
 def test_parameter_names_are_gpt2s():
     per_block = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
@@ -211,8 +220,7 @@ def test_a_tiny_gpt_overfits_one_batch():
 
 def test_configure_optimizers_decays_only_two_dimensional_weights():
     model = tiny()
-    optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3,
-                                           betas=(0.9, 0.95))
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")  # nanoGPT's call
     assert isinstance(optimizer, optim.AdamW)
     by_decay = {g["weight_decay"]: g["params"] for g in optimizer.param_groups}
     assert all(p.ndim == 2 for p in by_decay[0.1]) and all(p.ndim == 1 for p in by_decay[0.0])
@@ -267,8 +275,15 @@ def test_cached_logits_match_full_recomputation_position_by_position():
         for t in range(9, 16):  # then one token at a time
             pieces.append(host(model(idx[:, t:t + 1], kv_cache=cache)[0]))
         assert cache.length == 16
-        with pytest.raises(ValueError, match="after 16 cached positions: the block size is 16"):
+        with pytest.raises(ValueError, match="the kv_cache is full: it holds 16 of 16 positions"):
             model(idx[:, :1], kv_cache=cache)
+        other = nn.KVCache(nn.GPTConfig(**{**TINY, "block_size": 16}), batch_size=3)
+        with pytest.raises(ValueError, match=r"the kv_cache was made for n_layer, n_head, "
+                           r"head_dim, block_size = \(2, 2, 4, 16\), the model has "
+                           r"\(2, 4, 8, 16\)"):
+            model(idx[:, :1], kv_cache=other)
+        with pytest.raises(ValueError, match="the kv_cache holds 2 sequences, idx has 3"):
+            model(idx[:, :1], kv_cache=nn.KVCache(model.config, batch_size=2))
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, rtol=1e-5, atol=1e-5)
 
 
@@ -356,6 +371,12 @@ def test_top_p_keeps_the_smallest_set_that_reaches_p():
     assert set(np.unique(host(nn.sample_next_token(logits, top_p=0.7)))) == {1, 3}
     assert set(np.unique(host(nn.sample_next_token(logits, top_p=0.85)))) == {0, 1, 3}
     assert set(np.unique(host(nn.sample_next_token(logits, top_p=1.0)))) == {0, 1, 2, 3}
+
+
+def test_a_tiny_temperature_is_greedy_not_nan():
+    logits = mt.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.0]])
+    np.testing.assert_array_equal(host(nn.sample_next_token(logits, temperature=1e-45)),
+                                  [[1], [0]])
 
 
 def test_temperature_sharpens_and_flattens_the_distribution():

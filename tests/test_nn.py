@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -101,6 +102,30 @@ def test_containers_name_and_index_their_children():
     assert [n for n, _ in parts.named_parameters()] == ["wte.weight", "ln_f.weight", "ln_f.bias"]
 
 
+def test_container_editing_and_slicing_follow_pytorch():
+    seq = nn.Sequential(nn.Linear(2, 3), nn.GELU(), nn.Linear(3, 1))
+    assert list(seq[1:].state_dict()) == ["2.weight", "2.bias"]  # a slice keeps names
+    named = nn.Sequential(OrderedDict(fc=nn.Linear(2, 2), act=nn.GELU()))
+    assert [n for n, _ in named[1:].named_children()] == ["act"]
+    blocks = nn.ModuleList([nn.Linear(1, 1), nn.Linear(3, 3)])
+    assert [n for n, _ in blocks[1:].named_children()] == ["0"]  # a list renumbers
+    blocks.insert(1, nn.Linear(2, 2))
+    assert [m.in_features for m in blocks] == [1, 2, 3]
+    assert [n for n, _ in blocks.named_parameters()][-2:] == ["2.weight", "2.bias"]
+    parts = nn.ModuleDict({"a": nn.GELU()})
+    parts.update({"b": nn.Linear(1, 1)})
+    assert isinstance(parts.pop("a"), nn.GELU) and list(parts) == ["b"]
+    model = TwoLayer()
+    assert model.get_submodule("fc2") is model.fc2 and model.get_submodule("") is model
+    with pytest.raises(AttributeError, match="TwoLayer has no child module 'fc3'"):
+        model.get_submodule("fc3")
+
+
+def test_state_dict_prefix_is_prepended_as_given():
+    assert list(nn.Linear(2, 2).state_dict(prefix="enc.")) == ["enc.weight", "enc.bias"]
+    assert list(TwoLayer().state_dict(prefix="m."))[:2] == ["m.scale", "m.fc1.weight"]
+
+
 def test_repr_is_readable_and_collapses_identical_blocks():
     assert repr(nn.Linear(4, 3, bias=False)) == "Linear(in_features=4, out_features=3, bias=False)"
     assert repr(nn.Embedding(65, 128)) == "Embedding(65, 128)"
@@ -120,6 +145,14 @@ def test_repr_is_readable_and_collapses_identical_blocks():
     (lambda m: m.register_parameter("w", mt.randn(2)), TypeError,
      "register_parameter: 'w' must be a Parameter or None, got Tensor"),
     (lambda m: m.train(0), ValueError, "train: mode must be a bool"),
+    (lambda m: m.add_module("forward", nn.GELU()), KeyError,
+     "module 'forward': TwoLayer already has an attribute of that name"),
+    (lambda m: m.register_buffer("fc1", mt.zeros(1)), KeyError,
+     "buffer 'fc1': the name is already a module of TwoLayer"),
+    (lambda m: m.fc1.register_buffer("weight", mt.zeros(1)), KeyError,
+     "buffer 'weight': the name is already a parameter of Linear"),
+    (lambda m: m.add_module("a.b", nn.GELU()), KeyError, "can't be empty or contain '.'"),
+    (lambda m: m.register_parameter("", None), KeyError, "can't be empty or contain '.'"),
     (lambda m: m.to(mt.int64), TypeError, "Module.to: only floating-point dtypes"),
     (lambda m: nn.Module()(1), NotImplementedError, "Module has no forward"),
 ])
@@ -135,6 +168,14 @@ def test_assigning_before_super_init_says_what_to_do():
 
     with pytest.raises(AttributeError, match=r"call super\(\).__init__\(\) first in Broken"):
         Broken()
+
+    class PlainFirst(nn.Module):  # plain values before super().__init__() are fine
+        def __init__(self):
+            self.width = 3
+            super().__init__()
+            self.fc = nn.Linear(self.width, 1)
+
+    assert [n for n, _ in PlainFirst().named_parameters()] == ["fc.weight", "fc.bias"]
 
 
 # --- modes, gradients, hooks --------------------------------------------------------------

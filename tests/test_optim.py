@@ -303,6 +303,11 @@ def _bad_shape(sd):
     return sd
 
 
+def _sgd_state(sd):  # momentum state where AdamW's belongs
+    sd["state"][0] = {"momentum_buffer": sd["state"][0]["exp_avg"]}
+    return sd
+
+
 @pytest.mark.parametrize("make_target, spoil, message", [
     (lambda ps: optim.AdamW([{"params": ps[:1]}, {"params": ps[1:]}]), lambda sd: sd,
      r"expected 2 parameter groups \(the optimizer's\), got 1 in the state dict"),
@@ -312,13 +317,26 @@ def _bad_shape(sd):
      r"state 'exp_avg' of parameter 1: expected shape \(7,\) \(the parameter's\), got \(8,\)"),
     (lambda ps: optim.AdamW(ps), lambda sd: {"state": sd["state"]},
      r"expected a dict with keys \['param_groups', 'state'\]"),
-], ids=["group-count", "group-size", "state-shape", "keys"])
+    (lambda ps: optim.AdamW(ps), _sgd_state,
+     r"the state of parameter 0 must have the keys \['exp_avg', 'exp_avg_sq', 'step'\] "
+     r"\(AdamW's\), got \['momentum_buffer'\]"),
+], ids=["group-count", "group-size", "state-shape", "keys", "state-keys"])
 def test_load_state_dict_rejects_a_mismatch(make_target, spoil, message):
     params, _, _ = make_problem("float64", "cpu")
     target = make_target(params)
     with pytest.raises(ValueError, match="AdamW.load_state_dict: " + message):
         target.load_state_dict(spoil(_saved_adamw()))
     assert target.state == {}  # a rejected dict changes nothing
+
+
+def test_frozen_parameters_are_accepted_and_left_alone():
+    frozen = mt.tensor(np.ones(3), dtype=mt.float64)  # requires_grad=False, as PyTorch allows
+    trained = _param()
+    opt = optim.AdamW([frozen, trained], lr=0.1)
+    trained.grad = mt.ones(3, dtype=mt.float64)
+    opt.step()
+    np.testing.assert_array_equal(host(frozen), np.ones(3))
+    assert not np.array_equal(host(trained), np.ones(3))
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -361,8 +379,6 @@ def _add_existing_param():
     (lambda: optim.AdamW([]), ValueError, r"AdamW: got an empty parameter list"),
     (lambda: optim.AdamW([_param(), 1.0]), TypeError,
      r"AdamW: parameter group 0: parameter 1 is a float; expected a Tensor"),
-    (lambda: optim.AdamW([mt.ones(3)]), ValueError,
-     r"AdamW: parameter group 0: parameter 0 \(shape \(3,\)\) does not require grad"),
     (lambda: optim.AdamW([_param() * 2]), ValueError,
      r"parameter 0 \(shape \(3,\)\) is not a leaf"),
     (lambda: (lambda p: optim.AdamW([p, p]))(_param()), ValueError,
@@ -528,11 +544,23 @@ def test_scheduler_state_dict_round_trip():
 
 def test_constant_lr_restores_the_initial_lr():
     opt = _two_group_optimizer()
-    scheduler = optim.ConstantLR(opt)
+    scheduler = optim.ConstantLR(opt, factor=1.0)
     opt.param_groups[0]["lr"] = 123.0
     scheduler.step()
     assert scheduler.last_iter == 1 and scheduler.get_last_lr() == [1.0, 0.1]
-    assert scheduler.state_dict() == {"last_iter": 1}
+    assert scheduler.state_dict() == {"last_iter": 1, "factor": 1.0, "total_iters": 5}
+
+
+def test_constant_lr_scales_the_first_iterations_as_pytorch():
+    opt = _two_group_optimizer()
+    scheduler = optim.ConstantLR(opt)  # PyTorch's defaults: factor 1/3 for 5 iterations
+    rates = [scheduler.get_last_lr()]
+    for _ in range(6):
+        scheduler.step()
+        rates.append(scheduler.get_last_lr())
+    assert rates[:5] == [[1.0 / 3, 0.1 / 3]] * 5 and rates[5:] == [[1.0, 0.1]] * 2
+    with pytest.raises(ValueError, match="ConstantLR: invalid factor: expected 0 <= factor <= 1"):
+        optim.ConstantLR(opt, factor=2.0)
 
 
 # --- nanoGPT's parameter groups ------------------------------------------------------------

@@ -20,11 +20,12 @@ class _IndexedModules(Module):
     def __getitem__(self, index: Union[int, slice]) -> Any:
         modules = list(self._modules.values())
         if isinstance(index, slice):
-            return self._of(modules[index])
+            return self._of(list(self._modules.items())[index])
         return modules[_index(index, len(modules), type(self).__name__)]
 
     @classmethod
-    def _of(cls, modules: list) -> "_IndexedModules":
+    def _of(cls, named: list) -> "_IndexedModules":
+        """A container of the (name, module) pairs of a slice."""
         raise NotImplementedError
 
     def append(self, module: Module) -> Any:
@@ -51,8 +52,13 @@ class Sequential(_IndexedModules):
         return x
 
     @classmethod
-    def _of(cls, modules: list) -> "Sequential":
-        return cls(*modules)
+    def _of(cls, named: list) -> "Sequential":
+        return cls(OrderedDict(named))  # a slice keeps the children's names, as PyTorch's
+
+    def extend(self, modules: Iterable[Module]) -> "Sequential":
+        for module in modules:
+            self.append(module)
+        return self
 
 
 class ModuleList(_IndexedModules):
@@ -64,8 +70,17 @@ class ModuleList(_IndexedModules):
             self.extend(modules)
 
     @classmethod
-    def _of(cls, modules: list) -> "ModuleList":
-        return cls(modules)
+    def _of(cls, named: list) -> "ModuleList":
+        return cls(module for _, module in named)  # renumbered from 0, as PyTorch's
+
+    def insert(self, index: int, module: Module) -> None:
+        """Put ``module`` before position ``index``; the later ones move up by one."""
+        modules = list(self._modules.values())
+        modules.insert(index, module)
+        for name in list(self._modules):
+            delattr(self, name)
+        for i, m in enumerate(modules):
+            self.add_module(str(i), m)
 
     def __setitem__(self, index: int, module: Module) -> None:
         self.add_module(str(_index(index, len(self), "ModuleList")), module)
@@ -116,6 +131,15 @@ class ModuleDict(Module):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._modules)
+
+    def update(self, modules: Dict[str, Module]) -> None:
+        for name, module in dict(modules).items():
+            self.add_module(name, module)
+
+    def pop(self, name: str) -> Module:
+        module = self._modules[name]
+        delattr(self, name)
+        return module
 
     def keys(self) -> Iterable[str]:
         return self._modules.keys()

@@ -8,7 +8,8 @@ token costs one position of work.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+import numbers
+from dataclasses import dataclass, fields, replace
 from typing import Optional, Tuple
 
 from .. import functional as F
@@ -41,8 +42,10 @@ class GPTConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type in ("int", int):
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                if not isinstance(value, numbers.Integral) or isinstance(value, bool) \
+                        or value < 1:
                     raise ValueError(f"GPTConfig: {f.name} must be a positive int, got {value!r}")
+                setattr(self, f.name, int(value))  # NumPy integers become Python ints
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig: n_embd ({self.n_embd}) must be divisible by n_head "
                              f"({self.n_head})")
@@ -65,9 +68,28 @@ class KVCache:
         shape = (batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
         self.keys = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.values = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
+        self.shape = shape  # (B, n_head, capacity, head_dim) of every layer's buffers
+        self.n_layer = config.n_layer
         self.capacity = config.block_size
         self.batch_size = batch_size
         self.length = 0  # positions held
+
+    def check_fits(self, config: GPTConfig, batch: int, new: int) -> None:
+        """ValueError unless this cache was made for a model of ``config`` and a batch of
+        ``batch`` sequences, and has room for ``new`` more positions."""
+        expected = (self.n_layer, self.shape[1], self.shape[3], self.capacity)
+        actual = (config.n_layer, config.n_head, config.n_embd // config.n_head,
+                  config.block_size)
+        if expected != actual:
+            raise ValueError(f"GPT.forward: the kv_cache was made for n_layer, n_head, "
+                             f"head_dim, block_size = {expected}, the model has {actual}")
+        if batch != self.batch_size:
+            raise ValueError(f"GPT.forward: the kv_cache holds {self.batch_size} sequences, "
+                             f"idx has {batch}")
+        if self.length + new > self.capacity:
+            raise ValueError(f"GPT.forward: the kv_cache is full: it holds {self.length} of "
+                             f"{self.capacity} positions and {new} more do not fit (start a "
+                             f"new cache with the last tokens, as generate does)")
 
     def append(self, layer: int, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
         """Store k, v (B, nh, t, hs) at the next t positions of ``layer``; return views of
@@ -154,7 +176,7 @@ class GPT(Module):
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise TypeError(f"GPT: expected a GPTConfig, got {type(config).__name__}")
-        self.config = config
+        self.config = config = replace(config)  # our own copy: crop_block_size edits it
         self.transformer = ModuleDict(dict(
             wte=Embedding(config.vocab_size, config.n_embd),
             wpe=Embedding(config.block_size, config.n_embd),
@@ -199,15 +221,12 @@ class GPT(Module):
             if is_grad_enabled():
                 raise RuntimeError("GPT.forward: kv_cache is for inference; run under no_grad() "
                                    "(generate does)")
-            if kv_cache.batch_size != B:
-                raise ValueError(f"GPT.forward: the kv_cache holds {kv_cache.batch_size} "
-                                 f"sequences, idx has {B}")
+            kv_cache.check_fits(self.config, B, T)
             start = kv_cache.length
-        if start + T > self.config.block_size:
-            where = f" after {start} cached positions" if start else ""
-            raise ValueError(f"GPT.forward: cannot run a sequence of length {T}{where}: the "
-                             f"block size is {self.config.block_size} (crop the input to its "
-                             f"last {self.config.block_size - start} tokens)")
+        if T > self.config.block_size:
+            raise ValueError(f"GPT.forward: cannot run a sequence of length {T}: the block "
+                             f"size is {self.config.block_size} (crop the input to its last "
+                             f"{self.config.block_size} tokens)")
         if targets is not None:
             self._check_ids(targets, "targets")
             if tuple(targets.shape) != (B, T):
@@ -319,13 +338,18 @@ class GPT(Module):
     def estimate_mfu(self, fwdbwd_per_iter: int, dt: float, peak_flops: float,
                      seq_len: Optional[int] = None) -> float:
         """Model FLOPs utilisation: achieved FLOP/s of ``fwdbwd_per_iter`` sequences per
-        ``dt`` seconds, as a fraction of ``peak_flops`` (FLOP/s, measured on this machine)."""
+        ``dt`` seconds, as a fraction of ``peak_flops`` (FLOP/s, measured on this machine).
+        Unlike nanoGPT's, there is no default peak (nanoGPT assumes an A100's 312 TFLOP/s):
+        a ratio against the wrong machine's peak would mislead."""
         T = self.config.block_size if seq_len is None else seq_len
         return self.flops_per_token(T) * T * fwdbwd_per_iter / dt / peak_flops
 
     def configure_optimizers(self, weight_decay: float, learning_rate: float,
-                             betas: Tuple[float, float] = (0.9, 0.95), eps: float = 1e-8):
+                             betas: Tuple[float, float] = (0.9, 0.95),
+                             device_type: Optional[str] = None, *, eps: float = 1e-8):
         """AdamW with weight decay on the 2-D weights only (matmuls and embeddings), none on
-        biases and LayerNorm gains, as nanoGPT configures it."""
+        biases and LayerNorm gains, as nanoGPT configures it. ``device_type`` is accepted
+        for nanoGPT's call signature and not needed: the update runs on each parameter's
+        own device."""
         from ..optim import configure_adamw  # the optimizer layer sits beside nn, not below
         return configure_adamw(self, weight_decay, learning_rate, betas, eps)

@@ -102,10 +102,13 @@ class Module:
 
     # --- registration ---------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        registries = self.__dict__.get("_parameters")
-        if registries is None:
-            raise AttributeError(f"cannot assign {name!r} before Module.__init__() call (call "
-                                 f"super().__init__() first in {type(self).__name__}.__init__)")
+        if "_parameters" not in self.__dict__:  # before Module.__init__: plain values only
+            if isinstance(value, (Parameter, Module)):
+                raise AttributeError(f"cannot assign {name!r} before Module.__init__() call "
+                                     f"(call super().__init__() first in "
+                                     f"{type(self).__name__}.__init__)")
+            object.__setattr__(self, name, value)
+            return
         params, modules, buffers = self._parameters, self._modules, self._buffers
         if isinstance(value, Parameter):
             self._unregister(name)
@@ -135,6 +138,23 @@ class Module:
         self._unregister(name)
         object.__delattr__(self, name)
 
+    def _check_new_name(self, name: str, kind: str) -> None:
+        """A name a parameter, buffer or child may take: a non-empty string without dots
+        that is not already a plain attribute or another kind of registered thing."""
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name must be a string, got {type(name).__name__}")
+        if not name or "." in name:
+            raise KeyError(f"{kind} name can't be empty or contain '.', got {name!r}")
+        taken = {"parameter": self._parameters, "buffer": self._buffers,
+                 "module": self._modules}
+        for other, registry in taken.items():
+            if other != kind and name in registry:
+                raise KeyError(f"{kind} {name!r}: the name is already a {other} of "
+                               f"{type(self).__name__}")
+        if name not in taken[kind] and hasattr(self, name):
+            raise KeyError(f"{kind} {name!r}: {type(self).__name__} already has an attribute "
+                           "of that name")
+
     def _unregister(self, name: str) -> None:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
@@ -146,6 +166,7 @@ class Module:
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, got "
                             f"{type(param).__name__}")
+        self._check_new_name(name, "parameter")
         self._unregister(name)
         self._parameters[name] = param
         object.__setattr__(self, name, param)
@@ -156,6 +177,7 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name!r} must be a Tensor or None, got "
                             f"{type(tensor).__name__}")
+        self._check_new_name(name, "buffer")
         self._unregister(name)
         self._buffers[name] = tensor
         if not persistent:
@@ -166,6 +188,7 @@ class Module:
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module or None, got "
                             f"{type(module).__name__}")
+        self._check_new_name(name, "module")
         self._unregister(name)
         self._modules[name] = module
         object.__setattr__(self, name, module)
@@ -184,6 +207,17 @@ class Module:
             if module is not None:
                 yield from module.named_modules(f"{prefix}.{name}" if prefix else name,
                                                 remove_duplicate, memo)
+
+    def get_submodule(self, target: str) -> "Module":
+        """The module at dotted path ``target`` ("transformer.h.0.attn"); "" is self."""
+        module = self
+        for part in target.split(".") if target else []:
+            child = module._modules.get(part)
+            if child is None:
+                raise AttributeError(f"get_submodule: {type(module).__name__} has no child "
+                                     f"module {part!r} (looking for {target!r})")
+            module = child
+        return module
 
     def modules(self) -> Iterator["Module"]:
         return (module for _, module in self.named_modules())
@@ -324,11 +358,12 @@ class Module:
     # --- state ----------------------------------------------------------------------------
     def state_dict(self, prefix: str = "", keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
         """Every parameter and persistent buffer by dotted name, tied ones under each name
-        (as PyTorch, so the keys match nanoGPT's and GPT-2's). The tensors share memory with
-        the model; they are detached unless ``keep_vars``."""
+        (as PyTorch, so the keys match nanoGPT's and GPT-2's), each key after ``prefix``
+        as given (``prefix="encoder."``). The tensors share memory with the model; they are
+        detached unless ``keep_vars``."""
         out: "OrderedDict[str, Tensor]" = OrderedDict()
-        for module_prefix, module in self.named_modules(prefix, remove_duplicate=False):
-            dot = f"{module_prefix}." if module_prefix else ""
+        for module_name, module in self.named_modules(remove_duplicate=False):
+            dot = prefix + (f"{module_name}." if module_name else "")  # prefix as given
             for name, p in module._parameters.items():
                 if p is not None:
                     out[dot + name] = p if keep_vars else p.detach()
@@ -376,6 +411,8 @@ class Module:
         with no_grad():
             for key, value in values.items():
                 target = own[key]
+                if not isinstance(value, Tensor) and hasattr(value, "detach"):
+                    value = value.detach()  # another framework's tensor (torch's parameters)
                 source = value if isinstance(value, Tensor) else Tensor(value)
                 if source.device != target.device:
                     source = source.to(target.device)
@@ -388,8 +425,7 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
-        lines = [f"({name}): {_indent(repr(module))}"
-                 for name, module in self._modules.items() if module is not None]
+        lines = [f"({name}): {_indent(repr(module))}" for name, module in self._modules.items()]
         return _format(type(self).__name__, self.extra_repr(), lines)
 
     def __dir__(self) -> list:

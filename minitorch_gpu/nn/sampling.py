@@ -1,6 +1,7 @@
 """Choosing the next token from a model's logits: greedy, temperature, top-k, top-p."""
 from __future__ import annotations
 
+import numbers
 from typing import Optional
 
 from .. import functional as F
@@ -12,8 +13,8 @@ def check_sampling(temperature: float, top_k: Optional[int], top_p: Optional[flo
     """ValueError naming the argument when a sampling setting is impossible."""
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
-    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool)
-                              or top_k < 1):
+    if top_k is not None and (not isinstance(top_k, numbers.Integral)
+                              or isinstance(top_k, bool) or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
@@ -30,7 +31,11 @@ def sample_next_token(logits: Tensor, temperature: float = 1.0, top_k: Optional[
     check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)  # (B, 1)
-    logits = logits / temperature
+    # in float64 and shifted so the largest logit is 0: a tiny temperature then sends the
+    # others towards -inf (probability 0) instead of overflowing the largest to inf (nan)
+    logits = logits.double()
+    logits = (logits - logits.amax(-1, keepdim=True)) / temperature
+    top_k = None if top_k is None else int(top_k)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = topk(logits, top_k, dim=-1)[0][:, -1:]  # (B, 1): the k-th largest logit
         logits = logits.masked_fill(logits < kth, float("-inf"))

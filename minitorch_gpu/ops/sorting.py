@@ -94,10 +94,12 @@ def _select(a: Tensor, positions: Any, dim: int) -> ValuesIndices:
 
 
 # --- functional wrappers ------------------------------------------------------------------
-def sort(a: Tensor, dim: int = -1, descending: bool = False) -> ValuesIndices:
+def sort(a: Tensor, dim: int = -1, descending: bool = False,
+         stable: bool = False) -> ValuesIndices:
     """``(values, indices)``: ``a`` sorted along ``dim`` and where each value came from
-    (int64). The sort is stable, descending too: equal elements keep their order (as
-    torch.sort with stable=True). NaN sorts as the largest. Only ``values`` has a gradient.
+    (int64). The sort is always stable, descending too: equal elements keep their order
+    (torch.sort with stable=True; ``stable`` is accepted for its signature). NaN sorts as
+    the largest. Only ``values`` has a gradient.
 
     >>> mt.sort(mt.tensor([3.0, 1.0, 3.0, 2.0]), descending=True).indices
     tensor([0, 2, 3, 1])

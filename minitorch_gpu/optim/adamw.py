@@ -58,6 +58,8 @@ class AdamW(Optimizer):
     >>> loss.backward(); opt.step(); opt.zero_grad()
     """
 
+    _state_keys = frozenset({"step", "exp_avg", "exp_avg_sq"})
+
     def __init__(self, params: Params, lr: float = 1e-3,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2) -> None:

@@ -146,10 +146,32 @@ class LRScheduler:
 
 
 class ConstantLR(LRScheduler):
-    """Every group keeps its initial learning rate (the schedule when decay is off)."""
+    """torch.optim.lr_scheduler.ConstantLR: each group's initial rate times ``factor`` for
+    the first ``total_iters`` iterations, then the initial rate itself. The constant
+    schedule (no decay) is ``ConstantLR(opt, factor=1.0)``.
+
+    >>> scheduler = ConstantLR(opt, factor=1.0)          # lr stays where it started
+    """
+
+    _config = ("factor", "total_iters")
+
+    def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5) -> None:
+        self.factor = factor
+        self.total_iters = total_iters
+        self._check_config()
+        super().__init__(optimizer)
+
+    def _check_config(self) -> None:
+        where = type(self).__name__
+        check_hyperparameter(where, "factor", self.factor)
+        if self.factor > 1.0:
+            raise ValueError(f"{where}: invalid factor: expected 0 <= factor <= 1, got "
+                             f"{self.factor!r}")
+        _check_iteration(where, "total_iters", self.total_iters)
 
     def lr_at(self, it: int, group: ParamGroup) -> float:
-        return constant_lr(it, group["initial_lr"])
+        factor = self.factor if it < self.total_iters else 1.0
+        return constant_lr(it, group["initial_lr"]) * factor
 
 
 class WarmupCosineLR(LRScheduler):

@@ -15,6 +15,8 @@ import math
 import numbers
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
+import numpy as np
+
 from ..autograd import enable_grad
 from ..backend import dtypes
 from ..tensor import Tensor
@@ -34,6 +36,8 @@ class Optimizer:
         AdamW([{"params": weights, "weight_decay": 0.1},
                {"params": biases, "weight_decay": 0.0}], lr=3e-4)
     """
+
+    _state_keys: frozenset = frozenset()  # the keys of a parameter's state (subclasses set)
 
     def __init__(self, params: Params, defaults: Dict[str, Any]) -> None:
         self.defaults: Dict[str, Any] = dict(defaults)
@@ -97,9 +101,8 @@ class Optimizer:
             if not isinstance(p, Tensor):
                 raise TypeError(f"{where}: parameter {i} is a {type(p).__name__}; expected "
                                 "a Tensor")
-            if not p.requires_grad:
-                raise ValueError(f"{where}: parameter {i} (shape {tuple(p.shape)}) does not "
-                                 "require grad; expected a tensor with requires_grad=True")
+            # a frozen parameter (requires_grad=False) is accepted, as PyTorch does: its
+            # grad stays None, so step() skips it until it is unfrozen
             if not p.is_leaf:
                 raise ValueError(f"{where}: parameter {i} (shape {tuple(p.shape)}) is not a "
                                  f"leaf (it has grad_fn {p.grad_fn!r}); optimize the leaf "
@@ -236,6 +239,11 @@ class Optimizer:
                 raise ValueError(f"{where}: the state dict has state for parameter {index!r}, "
                                  "which none of its parameter groups lists")
             param = param_of[index]
+            if not isinstance(saved, dict) or (saved and not self._state_keys <= set(saved)) \
+                    or not set(saved) <= self._state_keys:
+                got = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
+                raise ValueError(f"{where}: the state of parameter {index!r} must have the "
+                                 f"keys {sorted(self._state_keys)} ({self._name}'s), got {got}")
             new_state[param] = {key: self._load_state_value(value, param, f"{where}: state "
                                                             f"{key!r} of parameter {index!r}")
                                 for key, value in saved.items()}
@@ -251,11 +259,18 @@ class Optimizer:
 
     def _load_state_value(self, value: Any, param: Tensor, where: str) -> Any:
         """A copy of one saved state value: arrays on the parameter's device, numbers as-is."""
+        if hasattr(value, "detach") and not isinstance(value, Tensor):
+            value = value.detach()  # another framework's tensor (torch's): its array below
         is_array = hasattr(value, "__array_interface__") or \
-            hasattr(value, "__cuda_array_interface__")
+            hasattr(value, "__cuda_array_interface__") or hasattr(value, "__array__")
+        if value is None or isinstance(value, numbers.Number):
+            return value
         if not isinstance(value, Tensor) and not is_array:
-            return copy.deepcopy(value)
+            raise TypeError(f"{where}: expected a tensor, an array or a number, got "
+                            f"{type(value).__name__}")
         array = value.data if isinstance(value, Tensor) else value
+        if not hasattr(array, "dtype") or not hasattr(array, "shape"):
+            array = np.asarray(array)
         if tuple(array.shape) != tuple(param.shape):
             raise ValueError(f"{where}: expected shape {tuple(param.shape)} (the parameter's), "
                              f"got {tuple(array.shape)}")

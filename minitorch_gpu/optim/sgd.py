@@ -58,6 +58,8 @@ class SGD(Optimizer):
     >>> loss.backward(); opt.step(); opt.zero_grad()
     """
 
+    _state_keys = frozenset({"momentum_buffer"})
+
     def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0,
                  nesterov: bool = False) -> None:
