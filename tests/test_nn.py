@@ -370,3 +370,14 @@ def test_deepcopy_and_pickle_of_a_module_copy_the_weights_and_keep_ties():
         assert clone.head.weight is not model.head.weight
         assert type(clone.head.weight) is nn.Parameter
         np.testing.assert_array_equal(host(clone.embed.weight), host(model.embed.weight))
+
+
+def test_small_activation_modules_and_the_clipping_alias():
+    x = mt.randn(3, 4)
+    seq = nn.Sequential(nn.Identity(), nn.ReLU(), nn.Tanh())
+    np.testing.assert_allclose(host(seq(x)), np.tanh(np.maximum(host(x), 0)), rtol=1e-6)
+    layer = nn.Linear(4, 2)
+    layer(x).sum().backward()
+    assert nn.utils.clip_grad_norm_(layer.parameters(), 1e-3).item() > 1e-3
+    total = math.sqrt(sum(float((host(p.grad) ** 2).sum()) for p in layer.parameters()))
+    assert total == pytest.approx(1e-3, rel=1e-3)

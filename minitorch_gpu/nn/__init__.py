@@ -5,15 +5,15 @@
 >>> [name for name, _ in layer.named_parameters()]
 ['weight', 'bias']
 """
-from . import functional, init
+from . import functional, init, utils
 from .containers import ModuleDict, ModuleList, Sequential
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig, KVCache
-from .layers import GELU, Dropout, Embedding, LayerNorm, Linear
+from .layers import GELU, Dropout, Embedding, Identity, LayerNorm, Linear, ReLU, Tanh
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .parameter import Parameter
 from .sampling import sample_next_token
 
 __all__ = ["GELU", "GPT", "Block", "CausalSelfAttention", "Dropout", "Embedding", "GPTConfig",
-           "IncompatibleKeys", "KVCache", "LayerNorm", "Linear", "MLP", "Module",
-           "ModuleDict", "ModuleList", "Parameter", "RemovableHandle", "Sequential",
-           "functional", "init", "sample_next_token"]
+           "Identity", "IncompatibleKeys", "KVCache", "LayerNorm", "Linear", "MLP", "Module",
+           "ModuleDict", "ModuleList", "Parameter", "ReLU", "RemovableHandle", "Sequential",
+           "Tanh", "functional", "init", "sample_next_token", "utils"]

@@ -1,4 +1,5 @@
-"""The layers of a GPT: Linear, Embedding, LayerNorm, Dropout, GELU.
+"""The layers of a GPT: Linear, Embedding, LayerNorm, Dropout, GELU (and ReLU, Tanh,
+Identity, for the small models people build first).
 
 Each owns its parameters and calls one fused op of the core (``minitorch_gpu.functional``);
 none touches the array module itself. Shapes and default initialisations follow PyTorch.
@@ -150,3 +151,22 @@ class GELU(Module):
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class ReLU(Module):
+    """max(x, 0)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+
+class Tanh(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.tanh(x)
+
+
+class Identity(Module):
+    """Returns its input: a placeholder where a layer is switched off."""
+
+    def forward(self, x: Any) -> Any:
+        return x
