@@ -309,16 +309,14 @@ class GPT(Module):
             if not use_cache:
                 logits, _ = self(idx[:, start:])
             elif cache is None:  # the first step, or the window moved: run it as a prompt
-                cache = KVCache(self.config, idx.shape[0], idx.device, self._dtype())
+                cache = KVCache(self.config, idx.shape[0], idx.device,
+                                self.lm_head.weight.dtype)
                 logits, _ = self(idx[:, start:], kv_cache=cache)
             else:
                 logits, _ = self(idx[:, -1:], kv_cache=cache)  # only the newest token
             next_token = sample_next_token(logits[:, -1, :], temperature, top_k, top_p)
             idx = cat([idx, next_token], dim=1)  # (B, T + 1)
         return idx
-
-    def _dtype(self) -> object:
-        return self.lm_head.weight.dtype
 
     # --- accounting ---------------------------------------------------------------------
     def num_params(self, non_embedding: bool = True) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 
 from ..autograd import no_grad
 from ..backend import Device, dtypes
-from ..tensor import Tensor
+from ..tensor import Tensor, _is_dtype_name
 from .parameter import Parameter
 
 
@@ -161,37 +161,32 @@ class Module:
         self._buffers.pop(name, None)
         self._non_persistent_buffers.discard(name)
 
+    def _register(self, op: str, kind: str, registry: dict, name: str, value: Any,
+                  cls: type) -> None:
+        """What register_parameter, register_buffer and add_module share: check the value's
+        type and the name, then file the value under ``name`` (also as a plain attribute)."""
+        if value is not None and not isinstance(value, cls):
+            raise TypeError(f"{op}: {name!r} must be a {cls.__name__} or None, got "
+                            f"{type(value).__name__}")
+        self._check_new_name(name, kind)
+        self._unregister(name)
+        registry[name] = value
+        object.__setattr__(self, name, value)
+
     def register_parameter(self, name: str, param: Optional[Parameter]) -> None:
         """Register ``param`` (or None: an optional parameter that is absent, like a bias)."""
-        if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, got "
-                            f"{type(param).__name__}")
-        self._check_new_name(name, "parameter")
-        self._unregister(name)
-        self._parameters[name] = param
-        object.__setattr__(self, name, param)
+        self._register("register_parameter", "parameter", self._parameters, name, param,
+                       Parameter)
 
     def register_buffer(self, name: str, tensor: Optional[Tensor], persistent: bool = True) -> None:
         """A tensor the module keeps and moves with ``to()`` but does not train (a mask, a
         running statistic). Persistent buffers are part of ``state_dict``."""
-        if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"register_buffer: {name!r} must be a Tensor or None, got "
-                            f"{type(tensor).__name__}")
-        self._check_new_name(name, "buffer")
-        self._unregister(name)
-        self._buffers[name] = tensor
+        self._register("register_buffer", "buffer", self._buffers, name, tensor, Tensor)
         if not persistent:
             self._non_persistent_buffers.add(name)
-        object.__setattr__(self, name, tensor)
 
     def add_module(self, name: str, module: Optional["Module"]) -> None:
-        if module is not None and not isinstance(module, Module):
-            raise TypeError(f"add_module: {name!r} must be a Module or None, got "
-                            f"{type(module).__name__}")
-        self._check_new_name(name, "module")
-        self._unregister(name)
-        self._modules[name] = module
-        object.__setattr__(self, name, module)
+        self._register("add_module", "module", self._modules, name, module, Module)
 
     # --- traversal ------------------------------------------------------------------------
     def named_modules(self, prefix: str = "", remove_duplicate: bool = True,
@@ -309,20 +304,19 @@ class Module:
                 if p.grad is not None:
                     p.grad.set_(convert(p.grad))
             for module in self.modules():
-                for name, b in module._buffers.items():
+                for name, b in list(module._buffers.items()):
                     if b is not None:
-                        module._buffers[name] = converted = convert(b)
-                        object.__setattr__(module, name, converted)
+                        setattr(module, name, convert(b))  # __setattr__ files the buffer
         return self
 
     def to(self, *args: Any, device: Any = None, dtype: Any = None) -> "Module":
         """``to("cuda")``, ``to(mt.float64)``, ``to("cpu", mt.float32)``: moves parameters and
         buffers in place; a dtype applies to floating-point tensors only."""
         for arg in args:
-            if _is_dtype(arg):
-                dtype = arg
+            if isinstance(arg, (str, Device)) and not _is_dtype_name(arg):
+                device = arg  # as Tensor.to tells them apart
             else:
-                device = arg
+                dtype = arg
         target_dtype = None if dtype is None else dtypes.as_dtype(dtype)
         if target_dtype is not None and not dtypes.is_floating(target_dtype):
             raise TypeError(f"Module.to: only floating-point dtypes can be used, got "
@@ -431,16 +425,6 @@ class Module:
     def __dir__(self) -> list:
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._modules)
                       | set(self._buffers))
-
-
-def _is_dtype(arg: Any) -> bool:
-    if isinstance(arg, str):
-        try:
-            dtypes.as_dtype(arg)
-        except ValueError:
-            return False  # "cpu", "cuda:0"
-        return True
-    return not isinstance(arg, Device)
 
 
 def _indent(text: str) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..autograd import enable_grad
 from ..backend import dtypes
+from ..creation import zeros
 from ..tensor import Tensor
 
 ParamGroup = Dict[str, Any]
@@ -168,8 +169,7 @@ class Optimizer:
 
     def _new_state_tensor(self, param: Tensor) -> Tensor:
         """Zeros of the parameter's shape, in its state dtype, on its device."""
-        zeros = param.backend.xp.zeros(param.shape, dtype=self._state_dtype(param))
-        return Tensor._make(zeros, param.backend, False)
+        return zeros(param.shape, dtype=self._state_dtype(param), device=param.device)
 
     def _scratch_for(self, param: Tensor, dtype: Any) -> Any:
         """A reusable buffer of ``param``'s shape in ``dtype`` for an update's intermediates.
