@@ -1,0 +1,376 @@
+"""Run configuration: YAML loaded into typed dataclasses, with overrides and validation.
+
+A config file has six sections, each a dataclass below, every field commented::
+
+    model:      {n_layer: 4, n_head: 4, n_embd: 128, block_size: 64}
+    data:       {source: tinyshakespeare, tokenizer: char}
+    train:      {batch_size: 12, lr: 1.0e-3, max_iters: 2000}
+    eval:       {interval: 250, iters: 20}
+    checkpoint: {dir: checkpoints}
+    system:     {device: cpu, dtype: float32, seed: 1337}
+
+Keys follow nanoGPT where it has one (``train.lr``, ``train.grad_accum_steps``,
+``eval.interval``...). Unknown keys are errors that suggest the nearest valid key; values
+are checked against each field's type and range. Command-line overrides are
+``section.key=value`` strings whose value is parsed as YAML::
+
+    cfg = load_config("configs/shakespeare_char.yaml", ["train.lr=3e-4", "model.n_layer=2"])
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import yaml
+
+__all__ = ["Config", "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "EvalConfig",
+           "CheckpointConfig", "SystemConfig", "load_config", "config_from_dict",
+           "apply_overrides", "parse_yaml_value", "config_to_yaml"]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used: the message names the key, the expected and the actual."""
+
+
+@dataclass
+class ModelConfig:
+    """The GPT's shape (nanoGPT's GPTConfig)."""
+
+    n_layer: int = 4  # transformer blocks stacked on the residual stream
+    n_head: int = 4  # attention heads per block; each works on n_embd // n_head dims
+    n_embd: int = 128  # width of the residual stream; must be divisible by n_head
+    block_size: int = 64  # the longest context in tokens: the training sequence length
+    dropout: float = 0.0  # on embeddings, attention and residual branches; 0 to pretrain
+    bias: bool = True  # biases in Linear and LayerNorm, as GPT-2
+    vocab_size: Optional[int] = None  # null: the tokenizer's vocabulary, padded to pad_vocab_to
+    pad_vocab_to: int = 1  # round the vocabulary up to a multiple of this (64 for fast GEMMs)
+
+
+@dataclass
+class DataConfig:
+    """Where the text comes from and how it becomes tokens."""
+
+    source: str = "tinyshakespeare"  # text_files | python_stdlib | tinyshakespeare | hf_dataset
+    path: Optional[str] = None  # text_files: a file or glob (or a list); tinyshakespeare: a local copy; hf_dataset: a local file or load_from_disk folder
+    paths: List[str] = field(default_factory=list)  # text_files: more files or globs
+    dataset: Optional[str] = None  # hf_dataset: the dataset name on the hub (e.g. "roneneldan/TinyStories")
+    dataset_config: Optional[str] = None  # hf_dataset: the dataset's configuration name, if any
+    split: str = "train"  # hf_dataset: the split to read
+    text_field: str = "text"  # hf_dataset: the column holding the text
+    max_chars: Optional[int] = None  # use only the first max_chars characters of the corpus (null: all)
+    tokenizer: str = "char"  # char (vocabulary from the corpus) | bpe (byte-level, trained) | file
+    vocab_size: int = 4096  # bpe: the vocabulary to train to
+    tokenizer_path: Optional[str] = None  # tokenizer: file: a tokenizer.json to load
+    val_fraction: float = 0.1  # the last fraction of the corpus held out for validation
+    cache_dir: Optional[str] = None  # prepared tokens and downloads; null: $MINITORCH_GPU_CACHE or ~/.cache/minitorch_gpu
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation: AdamW, nanoGPT's warm-up + cosine schedule, clipping, iterations."""
+
+    batch_size: int = 12  # sequences per micro-batch
+    grad_accum_steps: int = 1  # micro-batches per optimizer step (the effective batch is their product)
+    max_iters: int = 2000  # optimizer steps in all
+    lr: float = 1.0e-3  # peak learning rate, reached after warm-up
+    min_lr: float = 1.0e-4  # the floor the cosine decays to (nanoGPT: lr / 10)
+    warmup_iters: int = 100  # linear warm-up from lr / (warmup_iters + 1) to lr
+    lr_decay_iters: Optional[int] = None  # where the cosine reaches min_lr; null: max_iters
+    decay_lr: bool = True  # false: a constant lr
+    weight_decay: float = 0.1  # AdamW's decoupled decay, on 2-D weights only
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.99  # AdamW's second-moment decay (0.95 for large models)
+    eps: float = 1.0e-8  # AdamW's denominator guard
+    grad_clip: float = 1.0  # clip the global gradient norm to this; 0 turns clipping off
+    log_interval: int = 10  # a metrics line every this many iterations
+    resume: bool = False  # continue from checkpoint.dir/run_name/last.ckpt
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation on held-out data while training."""
+
+    interval: int = 250  # evaluate (and checkpoint) every this many iterations, and at the end
+    iters: int = 20  # batches of train and of val averaged per evaluation
+    batch_size: Optional[int] = None  # null: train.batch_size
+
+
+@dataclass
+class CheckpointConfig:
+    """Where runs are written and what is kept."""
+
+    dir: str = "checkpoints"  # runs are written under dir/run_name/
+    run_name: Optional[str] = None  # null: the config file's name without .yaml
+    always_save: bool = True  # save last.ckpt at every evaluation (best.ckpt only when val improves)
+
+
+@dataclass
+class SystemConfig:
+    """The machine: device, precision, seeds and threads."""
+
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    dtype: str = "float32"  # float32 | float64 | bf16 (mixed precision: fp32 master weights)
+    seed: int = 1337  # seeds weights, batches and dropout; same seed, same run
+    threads: Optional[int] = None  # BLAS threads on the CPU; null: the library's default
+
+
+@dataclass
+class Config:
+    """A whole run: one dataclass per YAML section."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SECTIONS: Dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
+            "eval": EvalConfig, "checkpoint": CheckpointConfig, "system": SystemConfig}
+
+CHOICES = {
+    ("data", "source"): ("text_files", "python_stdlib", "tinyshakespeare", "hf_dataset"),
+    ("data", "tokenizer"): ("char", "bpe", "file"),
+    ("system", "dtype"): ("float32", "float64", "bf16"),
+}
+
+
+# --- YAML ---------------------------------------------------------------------------------
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``3e-4`` as a string (it wants ``3.0e-4``); this loader reads it as the
+    float everyone means."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def parse_yaml_value(text: str) -> Any:
+    """A command-line value as YAML: ``3e-4`` -> 0.0003, ``true`` -> True, ``null`` -> None."""
+    return yaml.load(text, Loader=_Loader) if text.strip() else ""
+
+
+def config_to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False)
+
+
+# --- building and checking -----------------------------------------------------------------
+def _suggest(key: str, valid: Sequence[str], section: str = "") -> str:
+    """"; did you mean 'train.lr'?" for the nearest valid key, or the list of valid keys."""
+    dot = f"{section}." if section else ""
+    near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return f"; did you mean '{dot}{near[0]}'?" if near else \
+        f"; valid keys: {', '.join(dot + v for v in valid)}"
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin in (list, List):
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    return {int: "an int", float: "a number", bool: "true or false", str: "a string"}.get(
+        tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """``value`` checked against the annotation ``tp``; ints widen to floats."""
+    origin = typing.get_origin(tp)
+    if origin is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], where)
+    if origin in (list, List):
+        item = typing.get_args(tp)[0]
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value]  # a single path where a list is allowed
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # a run name of 1, a device of 0...
+    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {type(value).__name__} "
+                      f"{value!r}")
+
+
+def _build_section(name: str, cls: type, values: Any) -> Any:
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"config section {name!r}: expected a mapping of keys to values, got "
+                          f"{type(values).__name__} {values!r}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in hints:
+            raise ConfigError(f"unknown config key '{name}.{key}'"
+                              f"{_suggest(str(key), valid, name)}")
+        kwargs[key] = _coerce(value, hints[key], f"config key '{name}.{key}'")
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: Any) -> Config:
+    """A validated Config from a dict of sections (missing sections and keys take defaults)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config must be a mapping of sections ({', '.join(SECTIONS)}), "
+                          f"got {type(raw).__name__}")
+    for key in raw:
+        if key not in SECTIONS:
+            raise ConfigError(f"unknown config section {key!r}"
+                              f"{_suggest(str(key), list(SECTIONS))}")
+    cfg = Config(**{name: _build_section(name, cls, raw.get(name))
+                    for name, cls in SECTIONS.items()})
+    validate(cfg)
+    return cfg
+
+
+def _check(condition: bool, key: str, expected: str, actual: Any) -> None:
+    if not condition:
+        raise ConfigError(f"config key '{key}': expected {expected}, got {actual!r}")
+
+
+def validate(cfg: Config) -> None:
+    """ConfigError naming the key when a value is impossible."""
+    for (section, key), options in CHOICES.items():
+        value = getattr(getattr(cfg, section), key)
+        if value not in options:
+            near = difflib.get_close_matches(str(value), options, n=1, cutoff=0.5)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"config key '{section}.{key}': expected one of "
+                              f"{', '.join(options)}, got {value!r}{hint}")
+    m, d, t, e, s = cfg.model, cfg.data, cfg.train, cfg.eval, cfg.system
+    for key in ("n_layer", "n_head", "n_embd", "block_size", "pad_vocab_to"):
+        _check(getattr(m, key) >= 1, f"model.{key}", "an int >= 1", getattr(m, key))
+    if m.n_embd % m.n_head:
+        raise ConfigError(f"config key 'model.n_embd': n_embd ({m.n_embd}) must be divisible "
+                          f"by model.n_head ({m.n_head})")
+    _check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
+    _check(m.vocab_size is None or m.vocab_size >= 1, "model.vocab_size", "an int >= 1 or null",
+           m.vocab_size)
+    _check(d.max_chars is None or d.max_chars >= 1, "data.max_chars", "an int >= 1 or null",
+           d.max_chars)
+    _check(d.vocab_size >= 257 or d.tokenizer != "bpe", "data.vocab_size",
+           "an int >= 257 for a byte-level BPE (256 bytes + merges)", d.vocab_size)
+    _check(0.0 < d.val_fraction < 1.0, "data.val_fraction", "a number in (0, 1)",
+           d.val_fraction)
+    if d.source == "text_files":
+        _check(bool(d.path or d.paths), "data.path", "a file or glob for source text_files",
+               d.path)
+    if d.source == "hf_dataset":
+        _check(bool(d.dataset or d.path), "data.dataset",
+               "a dataset name (or data.path, a local file or saved dataset) for source "
+               "hf_dataset", d.dataset)
+    if d.tokenizer == "file":
+        _check(bool(d.tokenizer_path), "data.tokenizer_path",
+               "the path of a tokenizer.json for tokenizer: file", d.tokenizer_path)
+    for key in ("batch_size", "grad_accum_steps", "max_iters", "log_interval"):
+        _check(getattr(t, key) >= 1, f"train.{key}", "an int >= 1", getattr(t, key))
+    for key in ("lr", "min_lr", "weight_decay", "grad_clip", "eps"):
+        _check(getattr(t, key) >= 0.0, f"train.{key}", "a number >= 0", getattr(t, key))
+    _check(t.lr > 0, "train.lr", "a number > 0", t.lr)
+    for key in ("beta1", "beta2"):
+        _check(0.0 <= getattr(t, key) < 1.0, f"train.{key}", "a number in [0, 1)",
+               getattr(t, key))
+    _check(t.warmup_iters >= 0, "train.warmup_iters", "an int >= 0", t.warmup_iters)
+    decay = t.max_iters if t.lr_decay_iters is None else t.lr_decay_iters
+    _check(decay >= t.warmup_iters, "train.lr_decay_iters",
+           f"an int >= train.warmup_iters ({t.warmup_iters})", decay)
+    _check(e.interval >= 1, "eval.interval", "an int >= 1", e.interval)
+    _check(e.iters >= 1, "eval.iters", "an int >= 1", e.iters)
+    _check(e.batch_size is None or e.batch_size >= 1, "eval.batch_size", "an int >= 1 or null",
+           e.batch_size)
+    _check(bool(cfg.checkpoint.dir), "checkpoint.dir", "a directory", cfg.checkpoint.dir)
+    run = cfg.checkpoint.run_name
+    _check(run is None or (bool(run) and "/" not in run and run not in (".", "..")),
+           "checkpoint.run_name", "a name without '/' (or null)", run)
+    _check(re.fullmatch(r"cpu|cuda(:\d+)?", s.device) is not None, "system.device",
+           "cpu, cuda or cuda:N", s.device)
+    _check(s.threads is None or s.threads >= 1, "system.threads", "an int >= 1 or null",
+           s.threads)
+
+
+def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
+    """``raw`` with each ``section.key=value`` applied (value parsed as YAML)."""
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in (raw or {}).items()}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. "
+                              f"train.lr=3e-4")
+        dotted, text = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. "
+                              f"train.lr=3e-4")
+        section, key = parts
+        if section not in SECTIONS:
+            raise ConfigError(f"override {item!r}: unknown config section {section!r}"
+                              f"{_suggest(section, list(SECTIONS))}")
+        valid = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        if key not in valid:
+            raise ConfigError(f"override {item!r}: unknown config key '{section}.{key}'"
+                              f"{_suggest(key, valid, section)}")
+        try:
+            value = parse_yaml_value(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({exc})") \
+                from None
+        target = raw.setdefault(section, {})
+        if target is None:
+            target = raw[section] = {}
+        target[key] = value
+    return raw
+
+
+def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config:
+    """The Config of a YAML file with ``overrides`` applied. ``checkpoint.run_name`` defaults
+    to the file's name without its extension."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist"
+                          if not path.exists() else f"config path {str(path)!r} is not a file")
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(f"config file {str(path)!r}: expected a mapping of sections "
+                          f"({', '.join(SECTIONS)}), got {type(raw).__name__}")
+    try:
+        cfg = config_from_dict(apply_overrides(raw or {}, overrides))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if cfg.checkpoint.run_name is None:
+        cfg.checkpoint.run_name = path.stem
+    return cfg
