@@ -355,6 +355,23 @@ def test_a_fixed_seed_gives_the_same_sample_twice():
     assert not np.array_equal(samples[0], other)
 
 
+def test_generate_tokens_streams_the_tokens_generate_returns():
+    model = tiny().eval()
+    prompt = random_ids((2, 3), 13, 17)
+    mt.manual_seed(5)
+    whole = host(model.generate(prompt, 12, temperature=1.0, top_k=6))  # past the block
+    mt.manual_seed(5)
+    stream = model.generate_tokens(prompt, 12, temperature=1.0, top_k=6)
+    tokens = []
+    for token in stream:
+        assert mt.is_grad_enabled()  # no_grad covers each step, not the caller's code
+        assert token.shape == (2, 1)
+        tokens.append(host(token))
+    np.testing.assert_array_equal(whole[:, 3:], np.concatenate(tokens, axis=1))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate_tokens(prompt, -1)  # checked at the call, before any next()
+
+
 def probabilities_logits(probs):
     return mt.tensor(np.log(np.asarray([probs] * 4000)), dtype=mt.float32)
 

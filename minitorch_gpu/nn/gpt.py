@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, fields, replace
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 from .. import functional as F
 from ..autograd import is_grad_enabled, no_grad
@@ -278,7 +278,8 @@ class GPT(Module):
 
         ``temperature`` 0 is greedy; ``top_k`` and ``top_p`` restrict the choice (see
         ``sample_next_token``). Draws come from the seeded stream (``manual_seed``). Call
-        ``model.eval()`` first unless you want dropout while sampling.
+        ``model.eval()`` first unless you want dropout while sampling. ``generate_tokens``
+        yields the same tokens one at a time, for streaming.
 
         With ``use_cache`` the prompt runs once and each new token then costs one position.
         A prompt longer than ``block_size`` is cropped to its last ``block_size`` tokens.
@@ -291,6 +292,17 @@ class GPT(Module):
         context of ``block_size + 1 - window_shift`` to ``block_size`` tokens. Without a
         cache the same windows are recomputed at every step, so both give the same tokens.
         """
+        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p,
+                                        use_cache, window_shift))
+        return cat([idx, *new], dim=1) if new else idx
+
+    def generate_tokens(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
+                        top_k: Optional[int] = None, top_p: Optional[float] = None,
+                        use_cache: bool = True, window_shift: int = 1) -> Iterator[Tensor]:
+        """Yield ``max_new_tokens`` sampled tokens after ``idx`` (B, T), each (B, 1), as soon
+        as it is drawn: what a streaming generator prints. The arguments are ``generate``'s
+        and are checked at the call, not at the first ``next``. Each step runs under
+        ``no_grad``; grad mode is the caller's again while the generator is suspended."""
         self._check_ids(idx, "idx")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"generate: max_new_tokens must be an int >= 0, got "
@@ -300,23 +312,31 @@ class GPT(Module):
         if not isinstance(window_shift, int) or not 1 <= window_shift <= block_size:
             raise ValueError(f"generate: window_shift must be an int in [1, block_size = "
                              f"{block_size}], got {window_shift!r}")
+        return self._sample_loop(idx, max_new_tokens, temperature, top_k, top_p, use_cache,
+                                 window_shift)
+
+    def _sample_loop(self, idx: Tensor, max_new_tokens: int, temperature: float,
+                     top_k: Optional[int], top_p: Optional[float], use_cache: bool,
+                     window_shift: int) -> Iterator[Tensor]:
+        block_size = self.config.block_size
         cache = None
         start = max(0, idx.shape[1] - block_size)  # where the context window begins
         for _ in range(max_new_tokens):
             if idx.shape[1] - start > block_size:  # the newest token does not fit: shift
                 start = idx.shape[1] - (block_size + 1 - window_shift)
                 cache = None
-            if not use_cache:
-                logits, _ = self(idx[:, start:])
-            elif cache is None:  # the first step, or the window moved: run it as a prompt
-                cache = KVCache(self.config, idx.shape[0], idx.device,
-                                self.lm_head.weight.dtype)
-                logits, _ = self(idx[:, start:], kv_cache=cache)
-            else:
-                logits, _ = self(idx[:, -1:], kv_cache=cache)  # only the newest token
-            next_token = sample_next_token(logits[:, -1, :], temperature, top_k, top_p)
-            idx = cat([idx, next_token], dim=1)  # (B, T + 1)
-        return idx
+            with no_grad():
+                if not use_cache:
+                    logits, _ = self(idx[:, start:])
+                elif cache is None:  # the first step, or the window moved: run as a prompt
+                    cache = KVCache(self.config, idx.shape[0], idx.device,
+                                    self.lm_head.weight.dtype)
+                    logits, _ = self(idx[:, start:], kv_cache=cache)
+                else:
+                    logits, _ = self(idx[:, -1:], kv_cache=cache)  # only the newest token
+                next_token = sample_next_token(logits[:, -1, :], temperature, top_k, top_p)
+                idx = cat([idx, next_token], dim=1)  # (B, T + 1)
+            yield next_token  # (B, 1)
 
     # --- accounting ---------------------------------------------------------------------
     def num_params(self, non_embedding: bool = True) -> int:
