@@ -1,0 +1,472 @@
+"""The data layer: sources, tokenizers, prepared token files and the batch sampler.
+
+Nothing here touches the network: downloads are monkeypatched to fail, Hugging Face runs
+offline, and every cache lives under tmp_path.
+"""
+import json
+import os
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_gpu as mt
+from minitorch_gpu.config import DataConfig
+from minitorch_gpu.data import (BatchSampler, BPETokenizer, CharTokenizer, build_tokenizer,
+                                cache_root, load_text, load_tokenizer, prepare, prepared_dir,
+                                source_fingerprint, token_dtype, tokenizer_from_json)
+from minitorch_gpu.data.sources import TINYSHAKESPEARE_URL, stdlib_file_paths
+
+TEXTS = {
+    "ascii": "First Citizen:\nBefore we proceed any further, hear me speak.\n",
+    "unicode": "naïve café — 東京 🚀 Ελληνικά\n",
+    "whitespace": "  \t\n\n   x  \r\n\t\t\n ",
+    "empty": "",
+    "special": "a <|endoftext|> b",
+}
+CORPUS = "".join(TEXTS.values()) * 20 + "".join(chr(c) for c in range(32, 127))
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    return BPETokenizer.train(CORPUS, 300)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def cfg_for(tmp_path: Path, **kwargs) -> DataConfig:
+    kwargs.setdefault("cache_dir", str(tmp_path / "cache"))
+    return DataConfig(**kwargs)
+
+
+# --- tokenizers -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(TEXTS))
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_tokenizer_round_trip(kind, name, bpe):
+    tok = CharTokenizer.from_text(CORPUS) if kind == "char" else bpe
+    text = TEXTS[name]
+    ids = tok.encode(text)
+    assert all(isinstance(i, int) and 0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == text
+    assert tok.decode(np.asarray(ids, dtype=np.uint16)) == text
+    restored = tokenizer_from_json(tok.to_json())
+    assert (restored.kind, restored.vocab_size) == (tok.kind, tok.vocab_size)
+    assert restored.encode(text) == ids
+
+
+def test_char_tokenizer_vocabulary_and_ids():
+    tok = CharTokenizer.from_text("hello")
+    assert tok.chars == ["e", "h", "l", "o"] and tok.vocab_size == 4 and tok.kind == "char"
+    assert tok.encode("hole") == [1, 3, 2, 0]
+    assert tok.encode_array("hole").dtype == np.int64
+
+
+@pytest.mark.parametrize("text, missing", [("hellz", "'z'"), ("h\u00e9", "'é'"),
+                                           ("\U0001F680", "U+1F680")])
+def test_char_tokenizer_unknown_character(text, missing):
+    with pytest.raises(ValueError, match="training corpus") as info:
+        CharTokenizer.from_text("hello").encode(text)
+    assert missing in str(info.value)
+
+
+@pytest.mark.parametrize("bad, error", [([0, 99], ValueError), ([-1], ValueError),
+                                        ([[0, 1]], TypeError), ([0.5], TypeError)])
+def test_decode_rejects_bad_ids(bad, error, bpe):
+    for tok in (CharTokenizer.from_text("hello"), bpe):
+        with pytest.raises(error, match="decode"):
+            tok.decode(bad if bad != [0, 99] else [0, tok.vocab_size])
+
+
+def test_bpe_is_byte_level_and_compresses(bpe):
+    assert bpe.kind == "bpe" and 257 < bpe.vocab_size <= 300
+    text = "zebra-quagga ∮ unseen words"  # bytes never merged still encode
+    assert bpe.decode(bpe.encode(text)) == text
+    assert len(bpe.encode(TEXTS["ascii"])) < len(TEXTS["ascii"])
+
+
+def test_bpe_chunked_encoding_equals_whole_text(bpe):
+    text = ("def f(x):\n    return x\n\n\nclass A:\n  pass\n" * 4000)  # several chunks
+    assert bpe.encode(text) == bpe.hf.encode(text).ids
+
+
+def test_bpe_from_file_and_build_tokenizer(tmp_path, bpe):
+    hf_file = tmp_path / "hf_tokenizer.json"
+    bpe.hf.save(str(hf_file))  # the tokenizers library's own format
+    ours = write(tmp_path / "ours.json", bpe.to_json())
+    for path in (hf_file, ours):
+        assert BPETokenizer.from_file(path).encode(TEXTS["unicode"]) == bpe.encode(
+            TEXTS["unicode"])
+    cfg = cfg_for(tmp_path, tokenizer="file", tokenizer_path=str(hf_file))
+    assert build_tokenizer(cfg, "ignored").vocab_size == bpe.vocab_size
+    assert build_tokenizer(cfg_for(tmp_path, tokenizer="char"), "abc").vocab_size == 3
+    with pytest.raises(ValueError, match="holds a char tokenizer"):
+        BPETokenizer.from_file(write(tmp_path / "char.json", CharTokenizer(["a"]).to_json()))
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        load_tokenizer(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("text, match", [("[1, 2]", "JSON object"), ("{", "not JSON"),
+                                         ('{"kind": "word"}', "kind 'word'"),
+                                         ('{"kind": "bpe", "tokenizer": {}}', "broken bpe")])
+def test_tokenizer_from_json_errors(text, match):
+    with pytest.raises(ValueError, match=match):
+        tokenizer_from_json(text)
+
+
+def test_char_tokenizer_needs_text():
+    with pytest.raises(ValueError, match="empty"):
+        CharTokenizer.from_text("")
+
+
+# --- sources ----------------------------------------------------------------------------------
+def test_cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINITORCH_GPU_CACHE", str(tmp_path / "env"))
+    assert cache_root(DataConfig(cache_dir=str(tmp_path / "cfg"))) == tmp_path / "cfg"
+    assert cache_root(DataConfig()) == tmp_path / "env"
+    monkeypatch.delenv("MINITORCH_GPU_CACHE")
+    assert cache_root(DataConfig()) == Path.home() / ".cache" / "minitorch_gpu"
+
+
+def test_text_files_globs(tmp_path):
+    write(tmp_path / "b.txt", "bee\n")
+    write(tmp_path / "a.txt", "ay")  # no final newline: one is added before the blank line
+    write(tmp_path / "sub" / "deep" / "c.txt", "sea\n")
+    write(tmp_path / "skip.md", "not text\n")
+    cfg = cfg_for(tmp_path, source="text_files", path=str(tmp_path / "*.txt"),
+                  paths=[str(tmp_path / "**" / "c.txt"), str(tmp_path / "a.txt")])
+    assert load_text(cfg) == "ay\n\nbee\n\nsea\n"  # sorted, recursive, repeats dropped
+    assert load_text(cfg_for(tmp_path, source="text_files", path=str(tmp_path / "b.txt"),
+                             max_chars=2)) == "be"
+
+
+def test_text_files_home_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write(tmp_path / "notes.txt", "home text\n")
+    assert load_text(cfg_for(tmp_path, source="text_files", path="~/notes.txt")) == "home text\n"
+
+
+@pytest.mark.parametrize("pattern", ["*.nothing", "missing.txt", "**/none/*.txt"])
+def test_text_files_no_match_names_the_pattern(tmp_path, pattern):
+    cfg = cfg_for(tmp_path, source="text_files", path=str(tmp_path / pattern))
+    with pytest.raises(FileNotFoundError, match="matches no file") as info:
+        load_text(cfg)
+    assert pattern in str(info.value)
+
+
+def test_python_stdlib(tmp_path):
+    paths = stdlib_file_paths()
+    root = Path(sysconfig.get_paths()["stdlib"])
+    names = {p.relative_to(root).as_posix() for p in paths}
+    assert {"os.py", "json/decoder.py", "collections/__init__.py"} <= names
+    assert not any(part in {"site-packages", "test", "tests", "idlelib"}
+                   for p in paths for part in p.relative_to(root).parts[:-1])
+    assert [p.relative_to(root).as_posix() for p in paths] == sorted(names)
+    text = load_text(cfg_for(tmp_path, source="python_stdlib", max_chars=200_000))
+    assert len(text) == 200_000 and "def " in text and "import " in text
+    first = paths[0].read_text(encoding="utf-8", errors="replace")
+    assert text.startswith(first if first.endswith("\n") else first + "\n")
+    assert source_fingerprint(cfg_for(tmp_path, source="python_stdlib")) == \
+        source_fingerprint(cfg_for(tmp_path, source="python_stdlib"))
+
+
+def test_tinyshakespeare_local_path_notes_a_variant(tmp_path):
+    local = write(tmp_path / "shakes.txt", "ROMEO:\nBut soft!\n")
+    notes = []
+    text = load_text(cfg_for(tmp_path, source="tinyshakespeare", path=str(local)),
+                     log=notes.append)
+    assert text == "ROMEO:\nBut soft!\n"
+    assert any("sha256 differs" in n for n in notes)
+
+
+def test_tinyshakespeare_uses_the_cached_copy(tmp_path, monkeypatch):
+    cfg = cfg_for(tmp_path, source="tinyshakespeare")
+    write(cache_root(cfg) / "tinyshakespeare" / "input.txt", "cached\n")
+    monkeypatch.setattr(urllib.request, "urlopen", _no_network)
+    assert load_text(cfg) == "cached\n"
+
+
+def _no_network(*args, **kwargs):
+    raise urllib.error.URLError("no network in tests")
+
+
+def test_tinyshakespeare_offline_error_says_where_to_put_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(urllib.request, "urlopen", _no_network)
+    cfg = cfg_for(tmp_path, source="tinyshakespeare")
+    with pytest.raises(RuntimeError, match="download .* failed") as info:
+        load_text(cfg, log=lambda line: None)
+    message = str(info.value)
+    assert TINYSHAKESPEARE_URL in message and "data.path" in message
+    assert str(cache_root(cfg) / "tinyshakespeare" / "input.txt") in message
+    assert not (cache_root(cfg) / "tinyshakespeare" / "input.txt").exists()
+
+
+def test_tinyshakespeare_download_checks_the_hash(tmp_path, monkeypatch):
+    class Reply:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            return b"not shakespeare"
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: Reply())
+    cfg = cfg_for(tmp_path, source="tinyshakespeare")
+    with pytest.raises(RuntimeError, match="sha256"):
+        load_text(cfg, log=lambda line: None)
+    assert not any((cache_root(cfg) / "tinyshakespeare").glob("*"))  # nothing half-written
+
+
+@pytest.fixture
+def hf_offline(monkeypatch):
+    """Hugging Face datasets with the network off, both for this import and a fresh one."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    datasets = pytest.importorskip("datasets")
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        if hasattr(datasets.config, name):
+            monkeypatch.setattr(datasets.config, name, True)
+    return datasets
+
+
+def test_hf_dataset_from_disk_and_missing_field(tmp_path, hf_offline):
+    saved = tmp_path / "saved"
+    hf_offline.Dataset.from_dict({"text": ["first story", "second story\n"],
+                                  "id": [1, 2]}).save_to_disk(str(saved))
+    cfg = cfg_for(tmp_path, source="hf_dataset", path=str(saved))
+    assert load_text(cfg) == "first story\n\nsecond story\n"
+    assert load_text(cfg_for(tmp_path, source="hf_dataset", path=str(saved),
+                             max_chars=5)) == "first"
+    with pytest.raises(ValueError, match=r"'body' is not a column.*\['text', 'id'\]"):
+        load_text(cfg_for(tmp_path, source="hf_dataset", path=str(saved), text_field="body"))
+    with pytest.raises(TypeError, match="'id': expected a column of strings, got int"):
+        load_text(cfg_for(tmp_path, source="hf_dataset", path=str(saved), text_field="id"))
+
+
+def test_hf_dataset_from_local_text_file(tmp_path, hf_offline):
+    local = write(tmp_path / "corpus.txt", "line one\nline two\n\nafter a blank line\n")
+    cfg = cfg_for(tmp_path, source="hf_dataset", path=str(local))
+    assert load_text(cfg) == local.read_text()  # the file as it is, not line by line
+    jsonl = write(tmp_path / "c.jsonl", '{"body": "a"}\n{"body": "b"}\n')
+    assert load_text(cfg_for(tmp_path, source="hf_dataset", path=str(jsonl),
+                             text_field="body")) == "a\n\nb"
+    with pytest.raises(ValueError, match="expected a"):
+        load_text(cfg_for(tmp_path, source="hf_dataset", path=str(write(tmp_path / "x.doc",
+                                                                          "x"))))
+
+
+def test_unknown_source(tmp_path):
+    with pytest.raises(ValueError, match="got 'ftp'"):
+        load_text(cfg_for(tmp_path, source="ftp"))
+
+
+# --- prepare ----------------------------------------------------------------------------------
+def text_files_cfg(tmp_path, **kwargs) -> DataConfig:
+    if not (tmp_path / "corpus").exists():
+        write(tmp_path / "corpus" / "a.txt", TEXTS["ascii"] * 30)
+        write(tmp_path / "corpus" / "b.txt", TEXTS["unicode"] * 30)
+    return cfg_for(tmp_path, source="text_files", path=str(tmp_path / "corpus" / "*.txt"),
+                   **kwargs)
+
+
+@pytest.mark.parametrize("tokenizer, vocab_size", [("char", 4096), ("bpe", 300)])
+def test_prepare_writes_tokens_tokenizer_and_meta(tmp_path, tokenizer, vocab_size):
+    cfg = text_files_cfg(tmp_path, tokenizer=tokenizer, vocab_size=vocab_size,
+                         val_fraction=0.25)
+    lines = []
+    data = prepare(cfg, log=lines.append)
+    assert data.directory == prepared_dir(cfg) and data.directory.parent.parent == \
+        tmp_path / "cache"
+    assert {p.name for p in data.directory.iterdir()} == {"train.bin", "val.bin",
+                                                          "tokenizer.json", "meta.json"}
+    meta = json.loads((data.directory / "meta.json").read_text())
+    assert meta == data.meta and meta["tokenizer"] == tokenizer and meta["dtype"] == "uint16"
+    text = load_text(cfg)
+    ids = data.tokenizer.encode(text)
+    n_val = int(len(ids) * 0.25)
+    assert (meta["train_tokens"], meta["val_tokens"]) == (len(ids) - n_val, n_val)
+    assert meta["characters"] == len(text) and meta["vocab_size"] == data.vocab_size
+    train, val = data.train_tokens(), data.val_tokens()
+    assert isinstance(train, np.memmap) and train.dtype == np.uint16 and not train.flags.writeable
+    assert data.train_path.stat().st_size == 2 * len(train)
+    assert np.concatenate([train, val]).tolist() == ids
+    assert load_tokenizer(data.directory / "tokenizer.json").encode(text) == ids
+    assert any("tokens" in line for line in lines)
+
+
+def test_prepare_skips_when_nothing_changed_and_redoes_when_something_did(tmp_path):
+    cfg = text_files_cfg(tmp_path)
+    first = prepare(cfg, log=lambda line: None)
+    lines = []
+    again = prepare(cfg, log=lines.append)
+    assert again.directory == first.directory and again.meta == first.meta
+    assert len(lines) == 1 and lines[0].startswith("data: using prepared tokens in")
+
+    # a changed field, a changed file, force: each prepares again
+    changed = text_files_cfg(tmp_path, val_fraction=0.2)
+    assert prepared_dir(changed) != first.directory
+    lines = []
+    prepare(changed, log=lines.append)
+    assert not any("using prepared" in line for line in lines)
+
+    write(tmp_path / "corpus" / "a.txt", TEXTS["ascii"] * 31)
+    lines = []
+    edited = prepare(cfg, log=lines.append)
+    assert edited.directory != first.directory and not any("using prepared" in line
+                                                            for line in lines)
+    assert edited.meta["train_tokens"] > first.meta["train_tokens"]
+
+    created = edited.meta["created"], (edited.directory / "meta.json").stat().st_mtime_ns
+    time.sleep(0.01)
+    lines = []
+    forced = prepare(cfg, force=True, log=lines.append)
+    assert forced.directory == edited.directory
+    assert (forced.directory / "meta.json").stat().st_mtime_ns != created[1]
+    assert not any("using prepared" in line for line in lines)
+
+
+def test_prepare_cache_dir_does_not_change_the_key(tmp_path):
+    a = text_files_cfg(tmp_path)
+    b = text_files_cfg(tmp_path, cache_dir=str(tmp_path / "other"))
+    assert prepared_dir(a).name == prepared_dir(b).name
+
+
+def test_prepare_redoes_an_incomplete_folder(tmp_path):
+    cfg = text_files_cfg(tmp_path)
+    data = prepare(cfg, log=lambda line: None)
+    with open(data.val_path, "ab") as f:  # a damaged token file no longer matches meta.json
+        f.write(b"\0\0")
+    lines = []
+    again = prepare(cfg, log=lines.append)
+    assert not any("using prepared" in line for line in lines)
+    assert again.val_path.stat().st_size == 2 * again.meta["val_tokens"]
+    leftovers = [p.name for p in data.directory.parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+@pytest.mark.parametrize("vocab_size, dtype", [(1, np.uint16), (65535, np.uint16),
+                                               (65536, np.uint16), (65537, np.uint32),
+                                               (200_000, np.uint32)])
+def test_token_dtype(vocab_size, dtype):
+    assert token_dtype(vocab_size) == np.dtype(dtype)
+
+
+def test_token_dtype_rejects_empty_vocabulary():
+    with pytest.raises(ValueError, match="vocab_size"):
+        token_dtype(0)
+
+
+def test_prepare_too_small_corpus(tmp_path):
+    write(tmp_path / "tiny.txt", "abc")
+    cfg = cfg_for(tmp_path, source="text_files", path=str(tmp_path / "tiny.txt"))
+    with pytest.raises(ValueError, match="too small") as info:
+        prepare(cfg, log=lambda line: None)
+    assert "4 tokens" in str(info.value)  # "abc" + the final newline
+    assert not (tmp_path / "cache" / "prepared").exists() or \
+        not any((tmp_path / "cache" / "prepared").iterdir())
+
+
+def test_prepare_python_stdlib_bpe(tmp_path):
+    cfg = cfg_for(tmp_path, source="python_stdlib", max_chars=100_000, tokenizer="bpe",
+                  vocab_size=512)
+    data = prepare(cfg, log=lambda line: None)
+    assert data.vocab_size == 512 and data.tokenizer.kind == "bpe"
+    assert data.meta["characters"] == 100_000
+    assert "def " in data.tokenizer.decode(data.val_tokens()[:2000])
+
+
+# --- sampler ----------------------------------------------------------------------------------
+TOKENS = np.arange(1000, dtype=np.uint16) % 977
+
+
+def batches(sampler, n):
+    return [tuple(t.numpy().copy() for t in sampler.next_batch()) for _ in range(n)]
+
+
+@pytest.mark.parametrize("block_size, batch_size", [(8, 4), (1, 1), (999, 3), (16, 1)])
+def test_sampler_shapes_dtype_and_shift(block_size, batch_size):
+    x, y = BatchSampler(TOKENS, block_size, batch_size, seed=0).next_batch()
+    assert isinstance(x, mt.Tensor) and x.shape == y.shape == (batch_size, block_size)
+    assert x.dtype == mt.int64 and y.dtype == mt.int64
+    x, y = x.numpy(), y.numpy()
+    assert (x[:, 1:] == y[:, :-1]).all()
+    starts = x[:, 0].astype(np.int64)  # TOKENS[i] == i here below 977
+    expected = TOKENS[starts[:, None] + np.arange(block_size + 1)]
+    assert (np.concatenate([x, y[:, -1:]], axis=1) == expected).all()
+
+
+def test_sampler_reads_a_memmap(tmp_path):
+    path = tmp_path / "tokens.bin"
+    TOKENS.tofile(path)
+    tokens = np.memmap(path, dtype=np.uint16, mode="r")
+    got = batches(BatchSampler(tokens, 8, 4, seed=3), 3)
+    assert all(np.array_equal(a[0], b[0]) for a, b in
+               zip(got, batches(BatchSampler(TOKENS, 8, 4, seed=3), 3)))
+
+
+def test_sampler_determinism():
+    same = [batches(BatchSampler(TOKENS, 8, 4, seed=7), 5) for _ in range(2)]
+    other = batches(BatchSampler(TOKENS, 8, 4, seed=8), 5)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(*same))
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(same[0], other))
+
+
+def test_sampler_resume_continues_identically():
+    straight = batches(BatchSampler(TOKENS, 8, 4, seed=11), 6)
+    first = BatchSampler(TOKENS, 8, 4, seed=11)
+    head = batches(first, 3)
+    state = json.loads(json.dumps(first.state_dict()))  # as a checkpoint stores it
+    resumed = BatchSampler(TOKENS, 8, 4, seed=999)
+    resumed.load_state_dict(state)
+    tail = batches(resumed, 3)
+    for want, got in zip(straight, head + tail):
+        assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
+def test_sampler_covers_the_last_token():
+    tokens = np.arange(12, dtype=np.uint16)
+    sampler = BatchSampler(tokens, 10, 64, seed=0)
+    last = {int(sampler.next_batch()[1].numpy()[:, -1].max()) for _ in range(4)}
+    assert last == {11}  # offsets reach len - block_size - 1, never beyond
+
+
+def test_sampler_too_short():
+    with pytest.raises(ValueError, match=r"10 tokens.*block_size \+ 1 = 65.*model.block_size"):
+        BatchSampler(np.arange(10, dtype=np.uint16), 64, 4, seed=0)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"block_size": 0}, ValueError, "block_size"),
+    ({"batch_size": 2.0}, ValueError, "batch_size"),
+    ({"tokens": [1, 2, 3]}, TypeError, "numpy array"),
+    ({"tokens": np.zeros((4, 4), dtype=np.int64)}, ValueError, "1-D"),
+    ({"tokens": np.zeros(100, dtype=np.float32)}, ValueError, "integer"),
+])
+def test_sampler_bad_arguments(kwargs, error, match):
+    args = {"tokens": TOKENS, "block_size": 8, "batch_size": 4, "seed": 0, **kwargs}
+    with pytest.raises(error, match=match):
+        BatchSampler(**args)
+
+
+def test_sampler_load_state_dict_rejects_foreign_state():
+    sampler = BatchSampler(TOKENS, 8, 4, seed=0)
+    with pytest.raises(ValueError, match="bit_generator"):
+        sampler.load_state_dict({"seed": 1})
+    with pytest.raises(ValueError, match="PCG64"):
+        sampler.load_state_dict({"bit_generator": {"bit_generator": "MT19937"}})
+
+
+def test_prepared_data_feeds_the_sampler(tmp_path):
+    data = prepare(text_files_cfg(tmp_path), log=lambda line: None)
+    x, y = BatchSampler(data.val_tokens(), 16, 2, seed=0).next_batch()
+    assert x.shape == (2, 16) and int(x.numpy().max()) < data.vocab_size
+    assert os.path.commonpath([data.directory, tmp_path]) == str(tmp_path)
