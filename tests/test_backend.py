@@ -1,12 +1,17 @@
-"""Backends, devices, dtypes, factories, conversions and seeds."""
+"""Backends, devices, dtypes, factories, conversions, seeds and random-number states."""
+import base64
+import contextlib
+import json
 import math
+import types
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import minitorch_gpu as mt
-from minitorch_gpu.backend import parse_device
+from minitorch_gpu.backend import cupy_backend, parse_device
+from minitorch_gpu.backend.cupy_backend import CupyBackend
 from minitorch_gpu.backend.numpy_backend import _erf
 
 
@@ -181,3 +186,240 @@ def test_scatter_add_of_rows_adds_every_repeat(rows, index):
     target = np.zeros((rows, 3))
     backend.scatter_add(target, index, values)
     np.testing.assert_allclose(target, expected, rtol=1e-12, atol=1e-12)
+
+
+# --- random-number states ------------------------------------------------------------------
+def draw_everything(device):
+    """One of each kind of draw: normal, uniform, 64- and 32-bit integers, a dropout mask."""
+    return (mt.randn(5, device=device).tolist(),
+            mt.rand(3, dtype="float64", device=device).tolist(),
+            mt.randint(0, 1000, (6,), device=device).tolist(),
+            mt.randint(0, 1000, (3,), dtype="int32", device=device).tolist(),
+            mt.functional.dropout(mt.ones(40, device=device), p=0.5).tolist())
+
+
+def test_rng_state_continues_the_stream(device):
+    mt.randint(0, 10, (1,), dtype="int32", device=device)  # leaves half a 64-bit draw cached
+    state = mt.backend.get_rng_state()
+    assert json.loads(json.dumps(state, allow_nan=False)) == state  # plain JSON data
+    assert str(parse_device(device)) in state["backends"] and state["seed"] == 0
+    expected = [draw_everything(device) for _ in range(3)]
+    for restored in (state, json.loads(json.dumps(state))):
+        mt.manual_seed(99)
+        mt.backend.set_rng_state(restored)
+        assert [draw_everything(device) for _ in range(3)] == expected
+
+
+def test_backend_rng_state_continues_the_stream(device):
+    backend = mt.get_backend(device)
+    backend.randn((3,), mt.float32)
+    state = backend.get_rng_state()
+    expected = (backend.randn((4,), mt.float32).tolist(),
+                backend.randint(0, 50, (4,), mt.int64).tolist())
+    backend.seed(5)
+    backend.set_rng_state(json.loads(json.dumps(state)))
+    assert (backend.randn((4,), mt.float32).tolist(),
+            backend.randint(0, 50, (4,), mt.int64).tolist()) == expected
+
+
+def test_set_rng_state_restores_the_seed_of_backends_made_later():
+    mt.manual_seed(1234)
+    state = mt.backend.get_rng_state()
+    mt.manual_seed(1)
+    mt.backend.set_rng_state(state)
+    assert mt.backend.get_rng_state()["seed"] == 1234
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s: [s], "expected a dict from NumpyBackend.get_rng_state"),
+    (lambda s: dict(s, kind="cupy"), "kind 'numpy'.*got kind 'cupy'"),
+    (lambda s: {k: v for k, v in s.items() if k != "inc"}, "expected the keys"),
+    (lambda s: dict(s, extra=1), "expected the keys"),
+    (lambda s: dict(s, bit_generator="MT19937"), "expected bit_generator 'PCG64'"),
+    (lambda s: dict(s, state=-1), r"'state' to be an int in \[0, "),
+    (lambda s: dict(s, state=1 << 128), "'state' to be an int"),
+    (lambda s: dict(s, state=str(s["state"])), "got str"),
+    (lambda s: dict(s, has_uint32=True), "'has_uint32'.*got bool"),
+    (lambda s: dict(s, uinteger=1 << 32), "'uinteger'"),
+    (lambda s: dict(s, inc=s["inc"] + 1), "odd 'inc'"),
+])
+def test_backend_set_rng_state_rejects_malformed_states(change, match):
+    backend = mt.get_backend("cpu")
+    state = backend.get_rng_state()
+    expected = backend.randn((4,), mt.float32).tolist()
+    backend.set_rng_state(state)
+    with pytest.raises(ValueError, match=match):
+        backend.set_rng_state(change(state))
+    assert backend.randn((4,), mt.float32).tolist() == expected  # the stream is unchanged
+
+
+CUDA_RESEED = {"kind": "cupy", "bit_generator": "XORWOW", "mode": "reseed", "seed": 5}
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s: None, "expected a dict from get_rng_state"),
+    (lambda s: dict(s, format="x"), "expected format 'minitorch-gpu-rng-state'"),
+    (lambda s: dict(s, version=2), "expected version 1"),
+    (lambda s: dict(s, version=True), "expected version 1"),
+    (lambda s: dict(s, seed="0"), "expected an int 'seed'"),
+    (lambda s: dict(s, backends=[]), "'backends' to be a dict"),
+    (lambda s: dict(s, backends={"gpu": CUDA_RESEED}), "'backends' key 'gpu'"),
+    (lambda s: dict(s, backends={"cuda": CUDA_RESEED}), "'cuda:0'"),
+    (lambda s: dict(s, backends={"cpu": CUDA_RESEED}), "the state of 'cpu'.*got kind 'cupy'"),
+    (lambda s: dict(s, backends={"cuda:5": s["backends"]["cpu"]}),
+     "the state of 'cuda:5'.*got kind 'numpy'"),
+    (lambda s: dict(s, backends={"cuda:5": dict(CUDA_RESEED, seed=-1)}), "'seed'"),
+])
+def test_set_rng_state_rejects_malformed_states_and_changes_nothing(change, match):
+    state = mt.backend.get_rng_state()
+    expected = mt.randn(4).tolist()
+    mt.backend.set_rng_state(state)
+    with pytest.raises(ValueError, match=match):
+        mt.backend.set_rng_state(change(state))
+    assert mt.randn(4).tolist() == expected
+    assert mt.backend.get_rng_state() == mt.backend.get_rng_state() and \
+        mt.backend.get_rng_state()["seed"] == state["seed"]
+
+
+def test_a_state_for_a_device_not_made_yet_waits_for_it():
+    state = mt.backend.get_rng_state()
+    state["backends"]["cuda:7"] = CUDA_RESEED  # no backend for cuda:7 in this process
+    mt.backend.set_rng_state(state)
+    assert mt.backend.get_rng_state()["backends"]["cuda:7"] == CUDA_RESEED  # carried along
+    mt.manual_seed(1)  # a new seed replaces every saved stream
+    assert "cuda:7" not in mt.backend.get_rng_state()["backends"]
+
+
+# CuPy's states can be checked on any machine; restoring them is exercised below against a
+# stand-in for CuPy with the layout cupy_backend relies on, and on a GPU by the tests above.
+def exact_cupy_state(raw: bytes, size: int, **changes) -> dict:
+    state = {"kind": "cupy", "bit_generator": "XORWOW", "mode": "exact", "size": size,
+             "nbytes": len(raw), "encoding": "base64",
+             "data": base64.b64encode(raw).decode("ascii")}
+    state.update(changes)
+    return state
+
+
+RAW = bytes(range(256)) * 3  # 16 states of 48 bytes
+
+
+def test_cupy_rng_states_are_checked_without_a_gpu():
+    assert CupyBackend.parse_rng_state(exact_cupy_state(RAW, 16)) == ("exact", 16, RAW)
+    assert CupyBackend.parse_rng_state(CUDA_RESEED) == ("reseed", 5)
+
+
+@pytest.mark.parametrize("state, match", [
+    (exact_cupy_state(RAW, 16, nbytes=769), "multiple of 'size'"),
+    (exact_cupy_state(RAW, 16, nbytes=784), "decode to 784 bytes"),
+    (exact_cupy_state(RAW + b"x", 16, nbytes=768), "decode to 768 bytes.*got 769"),
+    (exact_cupy_state(RAW, 16, data="not base64!"), "'data' is not base64"),
+    (exact_cupy_state(RAW, 16, data=7), "'data' to be a str"),
+    (exact_cupy_state(RAW, 16, encoding="zlib+base64"), "encoding 'base64'"),
+    (exact_cupy_state(RAW, 16, mode="fast"), "mode 'exact' or 'reseed'"),
+    (exact_cupy_state(RAW, 16, mode=["exact"]), "mode 'exact' or 'reseed'"),
+    (exact_cupy_state(RAW, 16, bit_generator="Philox4x3210"), "XORWOW"),
+    (dict(exact_cupy_state(RAW, 16), size=0), "'size' to be an int"),
+    (dict(CUDA_RESEED, seed=1 << 63), "'seed' to be an int"),
+    (dict(CUDA_RESEED, kind="numpy"), "got kind 'numpy'"),
+    (dict(CUDA_RESEED, size=3), "expected the keys"),
+    ("cupy", "expected a dict from CupyBackend.get_rng_state"),
+])
+def test_cupy_rng_state_errors_name_what_was_expected(state, match):
+    with pytest.raises(ValueError, match=match):
+        CupyBackend.parse_rng_state(state)
+
+
+class _FakeDeviceArray(np.ndarray):
+    """Stands in for cupy.ndarray: ``get`` copies to the host, ``set`` copies from it."""
+
+    def get(self) -> np.ndarray:
+        return np.array(self)
+
+    def set(self, host: np.ndarray) -> None:
+        self[...] = host
+
+
+class _FakeXORWOW:
+    """cupy.random.XORWOW as cupy_backend relies on it: the whole state is the int8 device
+    buffer ``_state`` of ``_size`` 48-byte records."""
+
+    def __init__(self, seed=None, *, size=-1):
+        self._size = 32 if size < 0 else size
+        raw = np.random.default_rng(seed).integers(-128, 128, self._size * 48, dtype=np.int8)
+        self._state = raw.view(_FakeDeviceArray)
+
+
+class _FakeGenerator:
+    """cupy.random.Generator: every draw reads and advances the bit generator's state."""
+
+    def __init__(self, bit_generator):
+        self.bit_generator = bit_generator
+
+    def _stream(self) -> np.random.Generator:
+        state = self.bit_generator._state
+        rng = np.random.default_rng(np.frombuffer(np.asarray(state).tobytes(), np.uint32))
+        state[...] = rng.integers(-128, 128, state.size, dtype=np.int8)
+        return rng
+
+    def standard_normal(self, shape, dtype):
+        return self._stream().standard_normal(shape, dtype=dtype)
+
+    def random(self, shape, dtype):
+        return self._stream().random(shape, dtype=dtype)
+
+    def integers(self, low, high, size, dtype):
+        return self._stream().integers(low, high, size=size, dtype=dtype)
+
+
+class _FakeOpaqueXORWOW:
+    """A CuPy whose XORWOW keeps its state out of reach: get_rng_state must reseed."""
+
+    def __init__(self, seed=None, *, size=-1):
+        self._hidden = np.random.default_rng(seed)
+
+
+class _FakeOpaqueGenerator(_FakeGenerator):
+    def _stream(self) -> np.random.Generator:
+        return self.bit_generator._hidden
+
+
+def fake_cupy(opaque: bool) -> types.SimpleNamespace:
+    bit_generator, generator = ((_FakeOpaqueXORWOW, _FakeOpaqueGenerator) if opaque
+                                else (_FakeXORWOW, _FakeGenerator))
+    bit_generator = type("XORWOW", (bit_generator,), {})  # the name get_rng_state records
+    return types.SimpleNamespace(
+        ndarray=_FakeDeviceArray, __version__="stand-in",
+        random=types.SimpleNamespace(default_rng=lambda seed: generator(bit_generator(seed))),
+        cuda=types.SimpleNamespace(Device=lambda index: contextlib.nullcontext()))
+
+
+@pytest.mark.parametrize("opaque", [False, True], ids=["exact", "reseed"])
+def test_cupy_rng_state_round_trip_against_a_stand_in_for_cupy(monkeypatch, opaque):
+    monkeypatch.setattr(cupy_backend, "cupy", fake_cupy(opaque))
+
+    def draws(backend):
+        return (backend.randn((5,), mt.float32).tolist(),
+                backend.randint(0, 100, (4,), mt.int64).tolist(),
+                backend.rand((3,), mt.float64).tolist())
+
+    backend = CupyBackend(0, seed=3)
+    backend.randn((2,), mt.float32)
+    state = json.loads(json.dumps(backend.get_rng_state()))
+    assert state["mode"] == ("reseed" if opaque else "exact")
+    expected = [draws(backend) for _ in range(2)]
+    resumed = CupyBackend(0, seed=4)  # another process's backend
+    resumed.set_rng_state(state)
+    assert [draws(resumed) for _ in range(2)] == expected
+    untouched = CupyBackend(0, seed=3)
+    untouched.randn((2,), mt.float32)
+    # an exact snapshot leaves the stream alone; a reseed snapshot moves it (documented)
+    assert ([draws(untouched) for _ in range(2)] == expected) is not opaque
+
+
+def test_a_cupy_state_of_another_layout_is_refused(monkeypatch):
+    monkeypatch.setattr(cupy_backend, "cupy", fake_cupy(False))
+    backend = CupyBackend(0, seed=3)
+    before = backend.get_rng_state()
+    with pytest.raises(ValueError, match="40 per thread"):
+        backend.set_rng_state(exact_cupy_state(bytes(16 * 40), 16))
+    assert backend.get_rng_state() == before

@@ -5,6 +5,7 @@ The backend knows nothing of autograd. Ops are written once against ``backend.xp
 """
 from __future__ import annotations
 
+import reprlib
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -128,8 +129,61 @@ class Backend:
         raise NotImplementedError
 
     # --- random numbers ---------------------------------------------------------------
+    rng_kind: str = ""  # the "kind" in this backend's get_rng_state(): "numpy" or "cupy"
+
     def seed(self, seed: int) -> None:
         raise NotImplementedError
+
+    def get_rng_state(self) -> dict:
+        """A snapshot of the random stream as plain JSON data (dicts, lists, ints, strs).
+
+        ``set_rng_state`` of it, here or in another process, makes the draws that follow
+        (randn, rand, randint, dropout) those that followed the snapshot. The dict's
+        ``"kind"`` names the kind of backend it came from.
+        """
+        raise NotImplementedError
+
+    def set_rng_state(self, state: dict) -> None:
+        """Continue the random stream from ``get_rng_state()`` of the same kind of backend.
+
+        Raises ValueError naming what was expected for a state of another kind or a
+        malformed one; the stream is unchanged then.
+        """
+        self._install_rng_state(type(self).parse_rng_state(state))
+
+    @classmethod
+    def parse_rng_state(cls, state: Any) -> Any:
+        """Check ``state`` (ValueError if it is not this kind's) and decode it for
+        ``_install_rng_state``. Needs no device: a state can be checked before its
+        backend exists."""
+        raise NotImplementedError
+
+    def _install_rng_state(self, parsed: Any) -> None:
+        """Make the stream continue from a state ``parse_rng_state`` returned."""
+        raise NotImplementedError
+
+    @classmethod
+    def _check_rng_state_keys(cls, state: Any, keys: "frozenset[str]") -> None:
+        """ValueError unless ``state`` is a dict of this kind with exactly ``keys``."""
+        where = f"{cls.__name__}.set_rng_state"
+        expected = f"a dict from {cls.__name__}.get_rng_state() (kind {cls.rng_kind!r})"
+        if not isinstance(state, dict):
+            raise ValueError(f"{where}: expected {expected}, got {type(state).__name__}")
+        kind = state.get("kind")
+        if kind != cls.rng_kind:
+            raise ValueError(f"{where}: expected {expected}, got kind {kind!r}")
+        if set(state) != keys:
+            raise ValueError(f"{where}: expected the keys {sorted(keys)}, got {sorted(state)}")
+
+    @classmethod
+    def _check_rng_int(cls, state: dict, key: str, low: int, high: int) -> int:
+        """``state[key]`` if it is an int in [low, high), else ValueError naming the key."""
+        value = state[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value < high:
+            got = f"{type(value).__name__} {reprlib.repr(value)}"
+            raise ValueError(f"{cls.__name__}.set_rng_state: expected {key!r} to be an int in "
+                             f"[{low}, {high}), got {got}")
+        return value
 
     def randn(self, shape: tuple, dtype: np.dtype) -> Any:
         raise NotImplementedError

@@ -16,6 +16,8 @@ _SQRT_PI = math.sqrt(math.pi)
 class NumpyBackend(Backend):
     xp = np
     device = Device("cpu")
+    rng_kind = "numpy"
+    _RNG_KEYS = frozenset({"kind", "bit_generator", "state", "inc", "has_uint32", "uinteger"})
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> np.ndarray:
         if hasattr(data, "__cuda_array_interface__"):  # a CuPy array
@@ -43,6 +45,40 @@ class NumpyBackend(Backend):
 
     def seed(self, seed: int) -> None:
         self._rng = np.random.Generator(np.random.PCG64(seed))
+
+    def get_rng_state(self) -> dict:
+        """PCG64's whole state (``bit_generator.state``, two 128-bit ints and the cached
+        32-bit half-draw): restoring it continues the stream exactly.
+
+        >>> state = backend.get_rng_state(); a = backend.randn((3,), float32)
+        >>> backend.set_rng_state(state); assert (backend.randn((3,), float32) == a).all()
+        """
+        numpy_state = self._rng.bit_generator.state
+        return {"kind": self.rng_kind, "bit_generator": numpy_state["bit_generator"],
+                "state": int(numpy_state["state"]["state"]),
+                "inc": int(numpy_state["state"]["inc"]),
+                "has_uint32": int(numpy_state["has_uint32"]),
+                "uinteger": int(numpy_state["uinteger"])}
+
+    @classmethod
+    def parse_rng_state(cls, state: Any) -> dict:
+        cls._check_rng_state_keys(state, cls._RNG_KEYS)
+        if state["bit_generator"] != "PCG64":
+            raise ValueError(f"{cls.__name__}.set_rng_state: expected bit_generator 'PCG64', "
+                             f"got {state['bit_generator']!r}")
+        inner = {"state": cls._check_rng_int(state, "state", 0, 1 << 128),
+                 "inc": cls._check_rng_int(state, "inc", 0, 1 << 128)}
+        if inner["inc"] % 2 == 0:  # PCG64 makes its increment odd; an even one was edited
+            raise ValueError(f"{cls.__name__}.set_rng_state: expected an odd 'inc' (PCG64's "
+                             f"increment), got {inner['inc']}")
+        return {"bit_generator": "PCG64", "state": inner,
+                "has_uint32": cls._check_rng_int(state, "has_uint32", 0, 2),
+                "uinteger": cls._check_rng_int(state, "uinteger", 0, 1 << 32)}
+
+    def _install_rng_state(self, parsed: dict) -> None:
+        bit_generator = np.random.PCG64()
+        bit_generator.state = parsed
+        self._rng = np.random.Generator(bit_generator)
 
     def randn(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         draw = self._float_for_random(dtype)
