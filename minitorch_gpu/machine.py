@@ -1,0 +1,100 @@
+"""This machine's measured ceilings, which MFU and the roofline are judged against.
+
+``matmul_peak_flops(device, dtype)`` times square matrix products and keeps the best rate;
+the figure is cached per machine, device, dtype and thread count in
+``$MINITORCH_GPU_CACHE/machine.json`` (default ``~/.cache/minitorch_gpu``), so it is
+measured once, not at every run. A peak quoted from a data sheet would flatter or shame a
+run on hardware that differs from it; a measured one tells what this machine can do.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from .backend import dtypes, get_backend
+
+__all__ = ["cache_dir", "matmul_peak_flops", "set_num_threads"]
+
+
+def cache_dir() -> Path:
+    """Where the framework caches what it measures or downloads."""
+    root = os.environ.get("MINITORCH_GPU_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "minitorch_gpu"
+
+
+def set_num_threads(threads: Optional[int]) -> None:
+    """Limit the BLAS (and OpenMP) threads of this process; None leaves the default.
+
+    NumPy's BLAS reads its thread count once, at import, from environment variables;
+    threadpoolctl changes it in the running process for OpenBLAS, MKL and BLIS alike.
+    """
+    if threads is None:
+        return
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(limits=int(threads))
+
+
+def _blas_threads() -> int:
+    from threadpoolctl import threadpool_info
+    counts = [info.get("num_threads", 1) for info in threadpool_info()
+              if info.get("user_api") == "blas"]
+    return max(counts) if counts else 1
+
+
+def _machine_key(device: str, dtype: Any) -> str:
+    cpu = platform.processor() or platform.machine()
+    threads = _blas_threads() if device == "cpu" else 0
+    return f"{platform.node()}|{cpu}|{os.cpu_count()}|{device}|{np.dtype(dtype).name}|{threads}"
+
+
+def _measure(device: str, dtype: Any, n: int, repeats: int) -> float:
+    backend = get_backend(device)
+    xp = backend.xp
+    work = dtypes.float32 if dtype == dtypes.bfloat16 and device == "cpu" else dtype
+    a = backend.randn((n, n), work)
+    b = backend.randn((n, n), work)
+    out = xp.empty((n, n), dtype=work)
+    best = float("inf")
+    for i in range(repeats + 2):  # two warm-up products
+        backend.synchronize()
+        start = time.perf_counter()
+        xp.matmul(a, b, out=out)
+        backend.synchronize()
+        if i >= 2:
+            best = min(best, time.perf_counter() - start)
+    return 2.0 * n ** 3 / best
+
+
+def matmul_peak_flops(device: str = "cpu", dtype: Any = dtypes.float32, *,
+                      refresh: bool = False) -> float:
+    """The best FLOP/s of an (n, n) @ (n, n) product on ``device`` in ``dtype``, measured
+    once per machine and cached. (n is 1024 on the CPU, 8192 on a GPU.)"""
+    device = str(get_backend(device).device)
+    key = _machine_key(device, dtype)
+    path = cache_dir() / "machine.json"
+    cached: Dict[str, float] = {}
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    if not refresh and isinstance(cached.get(key), (int, float)):
+        return float(cached[key])
+    n, repeats = (1024, 5) if device == "cpu" else (8192, 10)
+    peak = _measure(device, dtype, n, repeats)
+    cached[key] = peak
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
+                                         suffix=".tmp") as tmp:
+            json.dump(cached, tmp, indent=1)
+        os.replace(tmp.name, path)
+    except OSError:
+        pass  # a read-only home: measure again next time
+    return peak
