@@ -1,0 +1,197 @@
+"""``minitorch-gpu``: train, prepare data, generate text.
+
+    minitorch-gpu train configs/quickstart.yaml [--set train.lr=3e-4] [--resume]
+    minitorch-gpu prepare configs/quickstart.yaml [--force]
+    minitorch-gpu generate checkpoints/quickstart --prompt "def " --max-new-tokens 200
+
+Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
+2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import List, Optional
+
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def _add_config_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="a YAML config file (see configs/)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set train.lr=3e-4 --set "
+                        "model.n_layer=2 (the value is read as YAML; repeatable)")
+    p.add_argument("--device", help="shorthand for --set system.device=DEVICE (cpu, cuda, "
+                                    "cuda:N)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minitorch-gpu",
+        description="Train a small GPT from a YAML config and generate text from its "
+                    "checkpoints.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    train = sub.add_parser("train", help="train a GPT from a config",
+                           description="Train the GPT a config describes; checkpoints, the "
+                                       "resolved config and metrics.jsonl go to "
+                                       "checkpoint.dir/run_name/.")
+    _add_config_arguments(train)
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the run's last.ckpt (same as --set "
+                            "train.resume=true)")
+    train.add_argument("--overwrite", action="store_true",
+                       help="start over even if the run directory already holds a run")
+    train.add_argument("--progress", choices=("auto", "bar", "lines"), default="auto",
+                       help="a progress bar, or a log line every train.log_interval "
+                            "iterations (auto: a bar on a terminal)")
+
+    prep = sub.add_parser("prepare", help="tokenize a config's corpus into its cache",
+                          description="Tokenize the corpus once into train.bin/val.bin and "
+                                      "meta.json in the data cache (skipped when nothing "
+                                      "changed). Training does this itself when needed.")
+    _add_config_arguments(prep)
+    prep.add_argument("--force", action="store_true", help="prepare again even if cached")
+
+    gen = sub.add_parser("generate", help="sample text from a checkpoint",
+                         description="Sample text from a checkpoint, streaming it to stdout "
+                                     "token by token (with the KV cache).")
+    gen.add_argument("checkpoint", help="a .ckpt file, or a run directory (its best.ckpt, "
+                                        "else last.ckpt)")
+    prompt = gen.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", default=None, help="the text to continue (default: a "
+                                                       "newline)")
+    prompt.add_argument("--prompt-file", default=None, help="read the prompt from a file")
+    gen.add_argument("--max-new-tokens", type=int, default=500, help="tokens to sample per "
+                                                                      "sample (default 500)")
+    gen.add_argument("--temperature", type=float, default=0.8,
+                     help="below 1 sharper, above 1 more random, 0 greedy (default 0.8)")
+    gen.add_argument("--top-k", type=int, default=200,
+                     help="sample among the k most likely tokens; 0 for all (default 200)")
+    gen.add_argument("--top-p", type=float, default=None,
+                     help="sample among the most likely tokens whose probability reaches p")
+    gen.add_argument("--num-samples", type=int, default=1, help="samples to draw (default 1)")
+    gen.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
+    gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    return parser
+
+
+def _error(command: str, message: str) -> int:
+    print(f"minitorch-gpu {command}: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _load_config(args: argparse.Namespace):
+    from .config import load_config
+    overrides = list(args.overrides)
+    if args.device:
+        overrides.append(f"system.device={args.device}")
+    if getattr(args, "resume", False):
+        overrides.append("train.resume=true")
+    return load_config(args.config, overrides)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .checkpoint import CheckpointError
+    from .config import ConfigError
+    from .trainer import Trainer, TrainingDiverged, TrainingError
+    try:
+        cfg = _load_config(args)
+    except ConfigError as exc:
+        return _error("train", str(exc))
+    progress = {"auto": None, "bar": True, "lines": False}[args.progress]
+    try:
+        result = Trainer(cfg, progress=progress, overwrite=args.overwrite).fit()
+    except TrainingDiverged as exc:
+        print(f"minitorch-gpu train: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # the second Ctrl-C: quit without saving
+        print("minitorch-gpu train: interrupted; the checkpoints on disk are as they were",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (TrainingError, CheckpointError, ConfigError) as exc:
+        return _error("train", str(exc))
+    ckpt = result.best_checkpoint or result.last_checkpoint
+    print(f"{result.status}: {result.iterations} iterations in {result.seconds:.0f} s; "
+          f"best val loss {result.best_val_loss:.4f}")
+    if ckpt is not None:
+        print(f"checkpoints in {result.run_dir}; sample from it with:\n"
+              f"  minitorch-gpu generate {shlex.quote(str(result.run_dir))} "
+              f"--prompt {shlex.quote(_example_prompt(cfg))} --max-new-tokens 300")
+    return EXIT_INTERRUPTED if result.status == "interrupted" else 0
+
+
+def _example_prompt(cfg) -> str:
+    return {"python_stdlib": "def ", "tinyshakespeare": "ROMEO:"}.get(cfg.data.source, "The ")
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from .config import ConfigError
+    from .data import prepare
+    try:
+        cfg = _load_config(args)
+        prepare(cfg.data, force=args.force)
+    except (ConfigError, ValueError, RuntimeError, OSError) as exc:
+        return _error("prepare", str(exc))
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import minitorch_gpu as mt
+    from .checkpoint import CheckpointError
+    from .inference import load_for_inference, stream_text
+    from .nn.sampling import check_sampling
+
+    top_k = args.top_k or None
+    try:
+        check_sampling(args.temperature, top_k, args.top_p)
+        if args.max_new_tokens < 0 or args.num_samples < 1:
+            raise ValueError("--max-new-tokens must be >= 0 and --num-samples >= 1")
+    except ValueError as exc:
+        return _error("generate", str(exc))
+    if args.prompt_file is not None:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                prompt = f.read()
+        except OSError as exc:
+            return _error("generate", f"cannot read --prompt-file: {exc}")
+    else:
+        prompt = "\n" if args.prompt is None else args.prompt
+    try:
+        model, tokenizer, _ = load_for_inference(args.checkpoint, args.device)
+    except CheckpointError as exc:
+        return _error("generate", str(exc))
+    except RuntimeError as exc:  # an unusable device
+        return _error("generate", str(exc).splitlines()[0])
+    mt.manual_seed(args.seed)
+    out = sys.stdout
+    try:
+        for sample in range(args.num_samples):
+            out.write(prompt)
+            for piece in stream_text(model, tokenizer, prompt, args.max_new_tokens,
+                                     args.temperature, top_k, args.top_p):
+                out.write(piece)
+                out.flush()
+            out.write("\n" if sample == args.num_samples - 1 else "\n---------------\n")
+            out.flush()
+    except ValueError as exc:  # a prompt the tokenizer cannot encode
+        return _error("generate", str(exc))
+    except KeyboardInterrupt:
+        out.write("\n")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    return {"train": _train, "prepare": _prepare, "generate": _generate}[args.command](args)
+
+
+def entry_point() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,85 @@
+"""Text generation from a checkpoint the trainer wrote.
+
+A checkpoint carries everything generation needs: the GPT's shape, its weights and the
+tokenizer, so no config file or data cache is read::
+
+    model, tokenizer, meta = load_for_inference("checkpoints/shakespeare_char", "cpu")
+    for piece in stream_text(model, tokenizer, "ROMEO:", max_new_tokens=200, top_k=40):
+        print(piece, end="", flush=True)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
+
+from .backend import dtypes
+from .checkpoint import CheckpointError, load_checkpoint
+from .creation import tensor
+from .data import tokenizer_from_json
+from .nn import GPT, GPTConfig
+
+__all__ = ["resolve_checkpoint", "load_for_inference", "stream_text"]
+
+
+def resolve_checkpoint(path: Union[str, Path]) -> Path:
+    """A checkpoint file, or for a run directory its best.ckpt (else its last.ckpt)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("best.ckpt", "last.ckpt"):
+            if (path / name).is_file():
+                return path / name
+        raise CheckpointError(f"{path} is a directory with no best.ckpt or last.ckpt in it")
+    return path
+
+
+def load_for_inference(path: Union[str, Path], device: str = "cpu"
+                       ) -> Tuple[GPT, Any, Dict[str, Any]]:
+    """(model in eval mode on ``device``, tokenizer, checkpoint metadata). Raises
+    CheckpointError (one line) for a missing, truncated or foreign file."""
+    path = resolve_checkpoint(path)
+    ckpt = load_checkpoint(path, load_optimizer=False)
+    meta = ckpt.meta
+    try:
+        model_config = GPTConfig(**meta["model_config"])
+        tokenizer = tokenizer_from_json(meta["tokenizer"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: the checkpoint has no usable model config or tokenizer "
+                              f"({type(exc).__name__}: {exc})") from None
+    model = GPT(model_config)
+    if meta.get("dtype") == "float64":
+        model = model.to(dtypes.float64)
+    try:
+        model.load_state_dict(ckpt.model)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        first = str(exc).splitlines()[0]
+        raise CheckpointError(f"{path}: the weights do not fit the model it describes "
+                              f"({first})") from None
+    return model.to(device).eval(), tokenizer, meta
+
+
+def stream_text(model: GPT, tokenizer: Any, prompt: str, max_new_tokens: int,
+                temperature: float = 1.0, top_k: Optional[int] = None,
+                top_p: Optional[float] = None) -> Iterator[str]:
+    """Yield the text of each new token as it is sampled (the prompt not included).
+
+    Byte-level BPE tokens may end inside a multi-byte character; the text is decoded as a
+    whole and only what has become final is yielded, so no half character is printed.
+    """
+    ids = tokenizer.encode(prompt)
+    if not ids:
+        raise ValueError("generate: the prompt encodes to no tokens; give at least one "
+                         "character (for example a newline)")
+    device = model.lm_head.weight.device
+    idx = tensor([ids], device=device)  # (1, T)
+    new: list = []
+    shown = ""
+    for token in model.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p):
+        new.append(int(token.item()))
+        text = tokenizer.decode(new)
+        if text.endswith("\ufffd"):  # a character still being spelled out byte by byte
+            continue
+        yield text[len(shown):]
+        shown = text
+    text = tokenizer.decode(new)
+    if len(text) > len(shown):
+        yield text[len(shown):]

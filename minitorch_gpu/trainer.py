@@ -1,0 +1,410 @@
+"""The training loop: a Config in, checkpoints and a metrics log out.
+
+One optimizer step is nanoGPT's: ``grad_accum_steps`` micro-batches, each forward + loss +
+backward with the loss scaled by 1 / grad_accum_steps, then the global gradient norm
+clipped, an AdamW step at the learning rate of the warm-up + cosine schedule, and the
+gradients cleared. Every ``eval.interval`` iterations (and at the last) the mean loss of
+``eval.iters`` batches of each split is measured and checkpoints are written.
+
+A run directory, ``checkpoint.dir/run_name/``, holds::
+
+    config.yaml      the fully resolved config of the run
+    tokenizer.json   the tokenizer (also inside every checkpoint)
+    metrics.jsonl    one JSON object per logged step ("train") and per evaluation ("eval")
+    last.ckpt        the latest state: model, optimizer, iteration, RNG and sampler states
+    best.ckpt        the state with the lowest validation loss so far
+
+Checkpoint writes are atomic (see ``checkpoint.py``). A resumed run restores every random
+stream, so with the same seed it reproduces the loss curve of an uninterrupted run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from . import backend as backend_module
+from .autograd import no_grad
+from .backend import dtypes, get_backend, manual_seed
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .config import Config, config_to_yaml
+from .data import BatchSampler, prepare
+from .machine import matmul_peak_flops, set_num_threads
+from .nn import GPT, GPTConfig
+from .optim import clip_grad_norm_, constant_lr, cosine_lr
+
+__all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "run_directory"]
+
+DTYPES = {"float32": dtypes.float32, "float64": dtypes.float64}
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot start or continue; the message says why and what to do."""
+
+
+class TrainingDiverged(TrainingError):
+    """The loss became NaN or infinite; the last good checkpoint is left as it was."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    iterations: int  # optimizer steps completed
+    status: str  # "finished" or "interrupted"
+    best_val_loss: float
+    last_checkpoint: Optional[Path]
+    best_checkpoint: Optional[Path]
+    train_loss: Optional[float]  # of the last evaluation
+    val_loss: Optional[float]
+    seconds: float
+
+
+def run_directory(cfg: Config) -> Path:
+    return Path(cfg.checkpoint.dir) / str(cfg.checkpoint.run_name or "run")
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Trainer:
+    """Trains the GPT that ``cfg`` describes.
+
+    >>> result = Trainer(load_config("configs/shakespeare_char.yaml")).fit()
+    >>> result.best_checkpoint       # checkpoints/shakespeare_char/best.ckpt
+    """
+
+    def __init__(self, cfg: Config, *, log: Callable[[str], None] = print,
+                 progress: Optional[bool] = None, overwrite: bool = False) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.overwrite = overwrite
+        self.run_dir = run_directory(cfg)
+        self.last_path = self.run_dir / "last.ckpt"
+        self.best_path = self.run_dir / "best.ckpt"
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+
+    # --- set-up -------------------------------------------------------------------------
+    def _dtype(self) -> Any:
+        name = self.cfg.system.dtype
+        if name not in DTYPES:
+            raise TrainingError(f"system.dtype {name!r}: bf16 mixed-precision training is not "
+                                f"available yet; use float32 (or float64)")
+        return DTYPES[name]
+
+    def _build(self) -> None:
+        cfg = self.cfg
+        set_num_threads(cfg.system.threads)
+        self.dtype = self._dtype()
+        self.backend = get_backend(cfg.system.device)  # a clear error when CUDA is missing
+        self.device = str(self.backend.device)
+        manual_seed(cfg.system.seed)
+
+        try:
+            self.data = prepare(cfg.data, log=self.log)
+        except (ValueError, RuntimeError, OSError) as exc:  # no corpus, too small, offline
+            raise TrainingError(f"data: {exc}") from None
+        self.tokenizer = self.data.tokenizer
+        vocab = self.tokenizer.vocab_size
+        if cfg.model.vocab_size is not None:
+            if cfg.model.vocab_size < vocab:
+                raise TrainingError(f"model.vocab_size ({cfg.model.vocab_size}) is smaller than "
+                                    f"the tokenizer's vocabulary ({vocab}); set it to null")
+            vocab_size = cfg.model.vocab_size
+        else:
+            pad = cfg.model.pad_vocab_to
+            vocab_size = -(-vocab // pad) * pad
+        m = cfg.model
+        self.model_config = GPTConfig(block_size=m.block_size, vocab_size=vocab_size,
+                                      n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd,
+                                      dropout=m.dropout, bias=m.bias)
+        self.model = GPT(self.model_config).to(self.dtype).to(self.device)
+        t = cfg.train
+        self.optimizer = self.model.configure_optimizers(
+            t.weight_decay, t.lr, (t.beta1, t.beta2), eps=t.eps)
+
+        seed, T = cfg.system.seed, m.block_size
+        eval_batch = cfg.eval.batch_size or t.batch_size
+        train_tokens, val_tokens = self.data.train_tokens(), self.data.val_tokens()
+        for split, tokens in (("train", train_tokens), ("val", val_tokens)):
+            if len(tokens) < T + 1:
+                raise TrainingError(
+                    f"the {split} split has {len(tokens)} tokens, fewer than model.block_size "
+                    f"+ 1 = {T + 1}: use a larger corpus or a smaller model.block_size")
+        self.samplers = {"train": BatchSampler(train_tokens, T, t.batch_size, seed, self.device)}
+        # every evaluation scores the same batches (a fresh sampler of a fixed seed), so
+        # successive evaluations differ only by the model, and never move the training stream
+        self.eval_samplers = {
+            "train": lambda: BatchSampler(train_tokens, T, eval_batch, seed + 1, self.device),
+            "val": lambda: BatchSampler(val_tokens, T, eval_batch, seed + 2, self.device),
+        }
+        self.tokens_per_iter = t.batch_size * t.grad_accum_steps * T
+        self.peak_flops = matmul_peak_flops(self.device, self.dtype)
+
+    def lr_at(self, it: int) -> float:
+        t = self.cfg.train
+        if not t.decay_lr:
+            return constant_lr(it, t.lr)
+        decay = t.max_iters if t.lr_decay_iters is None else t.lr_decay_iters
+        return cosine_lr(it, t.lr, t.min_lr, t.warmup_iters, decay)
+
+    # --- checkpoints --------------------------------------------------------------------
+    def _meta(self) -> Dict[str, Any]:
+        return {
+            "iter_num": self.iter_num,
+            "evaluated_at": self.evaluated_at,
+            "best_val_loss": self.best_val_loss,
+            "model_config": dataclasses.asdict(self.model_config),
+            "dtype": self.cfg.system.dtype,
+            "config": self.cfg.to_dict(),
+            "tokenizer": self.tokenizer.to_json(),
+            "rng": backend_module.get_rng_state(),
+            "samplers": {name: s.state_dict() for name, s in self.samplers.items()},
+            "data": {"directory": str(self.data.directory),
+                     "fingerprint": self.data.meta.get("source_fingerprint")},
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+
+    def _save(self, path: Path, meta: Optional[Dict[str, Any]] = None) -> None:
+        save_checkpoint(path, self.model.state_dict(), self.optimizer.state_dict(),
+                        meta or self._meta())
+
+    def _prepare_run_dir(self) -> None:
+        if self.cfg.train.resume:
+            if not self.last_path.exists():
+                raise TrainingError(f"train.resume: there is no checkpoint to resume at "
+                                    f"{self.last_path} (start the run without --resume)")
+            return
+        if self.last_path.exists() and not self.overwrite:
+            raise TrainingError(
+                f"{self.run_dir} already holds a run ({self.last_path.name}); continue it with "
+                f"--resume, start over with --overwrite, or name a new run with "
+                f"--set checkpoint.run_name=NAME")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (self.last_path, self.best_path, self.metrics_path):
+            if stale.exists():
+                stale.unlink()
+
+    def _resume(self) -> None:
+        try:
+            ckpt = load_checkpoint(self.last_path)
+        except CheckpointError as exc:
+            raise TrainingError(f"train.resume: {exc}") from None
+        meta = ckpt.meta
+        saved = meta.get("model_config")
+        if saved != dataclasses.asdict(self.model_config):
+            raise TrainingError(f"train.resume: {self.last_path} holds a model of "
+                                f"{saved}, the config asks for "
+                                f"{dataclasses.asdict(self.model_config)}")
+        self.model.load_state_dict(ckpt.model)
+        self.optimizer.load_state_dict(ckpt.optimizer)
+        self.iter_num = int(meta["iter_num"])
+        self.evaluated_at = int(meta.get("evaluated_at", -1))
+        self.best_val_loss = float(meta["best_val_loss"])
+        backend_module.set_rng_state(meta["rng"])
+        for name, state in meta["samplers"].items():
+            self.samplers[name].load_state_dict(state)
+        self.log(f"resumed {self.last_path} at iteration {self.iter_num} "
+                 f"(best val loss {self.best_val_loss:.4f})")
+
+    # --- measuring ----------------------------------------------------------------------
+    @no_grad()
+    def evaluate(self) -> Dict[str, float]:
+        """Mean loss over ``eval.iters`` batches of the train and val splits (the same
+        batches at every evaluation)."""
+        self.model.eval()
+        out = {}
+        for split in ("train", "val"):
+            sampler = self.eval_samplers[split]()
+            total = 0.0
+            for _ in range(self.cfg.eval.iters):
+                x, y = sampler.next_batch()
+                _, loss = self.model(x, y)
+                total += loss.item()
+            out[split] = total / self.cfg.eval.iters
+        self.model.train()
+        return out
+
+    def _write_metrics(self, record: Dict[str, Any]) -> None:
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # --- the loop -----------------------------------------------------------------------
+    def fit(self) -> TrainResult:
+        """Train to ``train.max_iters``; returns where the checkpoints are. Ctrl-C finishes
+        the step under way, saves ``last.ckpt`` and returns with status "interrupted" (a
+        second Ctrl-C quits at once, leaving the checkpoints as they were); a NaN or
+        infinite loss raises TrainingDiverged and writes nothing more."""
+        cfg, t = self.cfg, self.cfg.train
+        self._build()
+        self._prepare_run_dir()
+        self.iter_num, self.evaluated_at, self.best_val_loss = 0, -1, math.inf
+        if t.resume:
+            self._resume()
+        _write_text_atomic(self.run_dir / "config.yaml", config_to_yaml(cfg))
+        _write_text_atomic(self.run_dir / "tokenizer.json", self.tokenizer.to_json())
+        self.log(f"model: GPT with {self.model.num_params():,} parameters (n_layer "
+                 f"{cfg.model.n_layer}, n_head {cfg.model.n_head}, n_embd {cfg.model.n_embd}, "
+                 f"block_size {cfg.model.block_size}, vocab {self.model_config.vocab_size}), "
+                 f"{cfg.system.dtype} on {self.device}")
+        self.log(f"training: {t.max_iters} iterations of {self.tokens_per_iter:,} tokens "
+                 f"(batch {t.batch_size} x {t.grad_accum_steps} accumulation x context "
+                 f"{cfg.model.block_size}); writing to {self.run_dir}")
+
+        from tqdm import tqdm
+        bar = tqdm(total=t.max_iters, initial=self.iter_num, disable=not self.progress,
+                   dynamic_ncols=True, file=sys.stderr, unit="it")
+        say = bar.write if self.progress else self.log
+        stop = _StopOnInterrupt(say)
+        started = time.perf_counter()
+        last = {"train": None, "val": None}
+        status = "finished"
+        window_start, window_iters, window_loss = time.perf_counter(), 0, 0.0
+        try:
+            while True:
+                lr = self.lr_at(self.iter_num)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                due = self.iter_num % cfg.eval.interval == 0 or self.iter_num == t.max_iters
+                if due and self.evaluated_at != self.iter_num:
+                    losses = self.evaluate()
+                    last = losses
+                    self.evaluated_at = self.iter_num
+                    note = self._after_eval(losses)
+                    say(f"eval at iter {self.iter_num}: train loss {losses['train']:.4f}, "
+                        f"val loss {losses['val']:.4f}{note}")
+                    window_start = time.perf_counter()  # evaluation is not training speed
+                if self.iter_num >= t.max_iters:
+                    break
+                loss = self._step()
+                self.iter_num += 1
+                window_iters += 1
+                window_loss += loss
+                bar.update(1)
+                if self.iter_num % t.log_interval == 0 or self.iter_num == t.max_iters:
+                    elapsed = time.perf_counter() - window_start
+                    self._log_train(window_loss / window_iters, lr, window_iters, elapsed,
+                                    bar, say)
+                    window_start, window_iters, window_loss = time.perf_counter(), 0, 0.0
+                if stop.requested:
+                    self._save(self.last_path)
+                    say(f"interrupted at iteration {self.iter_num}: saved {self.last_path} "
+                        f"(continue with --resume)")
+                    status = "interrupted"
+                    break
+        finally:
+            bar.close()
+            stop.restore()
+        seconds = time.perf_counter() - started
+        return TrainResult(
+            run_dir=self.run_dir, iterations=self.iter_num, status=status,
+            best_val_loss=self.best_val_loss,
+            last_checkpoint=self.last_path if self.last_path.exists() else None,
+            best_checkpoint=self.best_path if self.best_path.exists() else None,
+            train_loss=last["train"], val_loss=last["val"], seconds=seconds)
+
+    def _step(self) -> float:
+        """One optimizer step; the mean loss of its micro-batches."""
+        t = self.cfg.train
+        total = 0.0
+        for _ in range(t.grad_accum_steps):
+            x, y = self.samplers["train"].next_batch()  # (B, T) each
+            _, loss = self.model(x, y)
+            value = loss.item()
+            if not math.isfinite(value):
+                self._diverged(value)
+            (loss * (1.0 / t.grad_accum_steps)).backward()
+            total += value
+        if t.grad_clip > 0:
+            norm = clip_grad_norm_(self.model.parameters(), t.grad_clip).item()
+            if not math.isfinite(norm):
+                self._diverged(norm, what="gradient norm")
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return total / t.grad_accum_steps
+
+    def _diverged(self, value: float, what: str = "loss") -> None:
+        self.optimizer.zero_grad()
+        self._write_metrics({"type": "error", "iter": self.iter_num,
+                             "error": f"{what} is {value}"})
+        where = (f"the last good checkpoint, {self.last_path}, is intact"
+                 if self.last_path.exists() else "no checkpoint had been written yet")
+        raise TrainingDiverged(
+            f"the {what} became {value} at iteration {self.iter_num}: training stopped and "
+            f"{where}. Lower train.lr or raise train.warmup_iters, and check the data")
+
+    def _after_eval(self, losses: Dict[str, float]) -> str:
+        """Log an evaluation and write the checkpoints it calls for; a note for the log."""
+        improved = losses["val"] < self.best_val_loss
+        if improved:
+            self.best_val_loss = losses["val"]
+        self._write_metrics({"type": "eval", "iter": self.iter_num, "train_loss": losses["train"],
+                             "val_loss": losses["val"], "best_val_loss": self.best_val_loss,
+                             "lr": self.lr_at(self.iter_num)})
+        if self.iter_num == 0 and not self.cfg.train.resume:
+            return ""  # an untrained model is not worth a checkpoint
+        saved = []
+        meta = self._meta()
+        if improved:
+            self._save(self.best_path, meta)
+            saved.append(self.best_path.name)
+        if self.cfg.checkpoint.always_save or self.iter_num == self.cfg.train.max_iters \
+                or not self.last_path.exists():
+            self._save(self.last_path, meta)
+            saved.append(self.last_path.name)
+        return f" -> saved {', '.join(saved)}" if saved else ""
+
+    def _log_train(self, loss: float, lr: float, iters: int, elapsed: float, bar: Any,
+                   say: Callable[[str], None]) -> None:
+        dt = elapsed / max(iters, 1)
+        tokens_per_s = self.tokens_per_iter / dt if dt > 0 else float("nan")
+        t = self.cfg.train
+        mfu = self.model.estimate_mfu(t.batch_size * t.grad_accum_steps, dt, self.peak_flops,
+                                      seq_len=self.cfg.model.block_size)
+        self._write_metrics({"type": "train", "iter": self.iter_num, "loss": loss, "lr": lr,
+                             "step_ms": dt * 1e3, "tokens_per_s": tokens_per_s, "mfu": mfu})
+        if self.progress:
+            bar.set_postfix_str(f"loss {loss:.4f}, lr {lr:.2e}, {tokens_per_s:,.0f} tok/s, "
+                                f"mfu {100 * mfu:.1f}%", refresh=False)
+        else:
+            say(f"iter {self.iter_num}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1e3:.1f} ms/iter, "
+                f"{tokens_per_s:,.0f} tok/s, mfu {100 * mfu:.1f}%")
+
+
+class _StopOnInterrupt:
+    """The first Ctrl-C (SIGINT) asks the loop to stop after the current step, so the state
+    it saves is whole; a second one raises KeyboardInterrupt as usual. Installed only in
+    the main thread (signal handlers can be set nowhere else)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.requested = False
+        self.say = say
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            self.restore()
+            raise KeyboardInterrupt
+        self.requested = True
+        self.say("Ctrl-C: saving after this step (press again to quit without saving)")
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            self.previous = None
