@@ -112,6 +112,7 @@ class Trainer:
         self.dtype = self._dtype()
         self.backend = get_backend(cfg.system.device)  # a clear error when CUDA is missing
         self.device = str(self.backend.device)
+        self.peak_flops = matmul_peak_flops(self.device, self.dtype)
         manual_seed(cfg.system.seed)
 
         try:
@@ -153,7 +154,6 @@ class Trainer:
             "val": lambda: BatchSampler(val_tokens, T, eval_batch, seed + 2, self.device),
         }
         self.tokens_per_iter = t.batch_size * t.grad_accum_steps * T
-        self.peak_flops = matmul_peak_flops(self.device, self.dtype)
 
     def lr_at(self, it: int) -> float:
         t = self.cfg.train
