@@ -67,6 +67,11 @@ class TrainResult:
     seconds: float
 
 
+def print_now(message: str) -> None:
+    """print, flushed: log lines reach a pipe (``| tee log``) as they happen."""
+    print(message, flush=True)
+
+
 def run_directory(cfg: Config) -> Path:
     return Path(cfg.checkpoint.dir) / str(cfg.checkpoint.run_name or "run")
 
@@ -87,7 +92,7 @@ class Trainer:
     >>> result.best_checkpoint       # checkpoints/shakespeare_char/best.ckpt
     """
 
-    def __init__(self, cfg: Config, *, log: Callable[[str], None] = print,
+    def __init__(self, cfg: Config, *, log: Callable[[str], None] = print_now,
                  progress: Optional[bool] = None, overwrite: bool = False) -> None:
         self.cfg = cfg
         self.log = log
@@ -218,6 +223,7 @@ class Trainer:
         backend_module.set_rng_state(meta["rng"])
         for name, state in meta["samplers"].items():
             self.samplers[name].load_state_dict(state)
+        self._drop_metrics_after(self.iter_num)
         self.log(f"resumed {self.last_path} at iteration {self.iter_num} "
                  f"(best val loss {self.best_val_loss:.4f})")
 
@@ -238,6 +244,22 @@ class Trainer:
             out[split] = total / self.cfg.eval.iters
         self.model.train()
         return out
+
+    def _drop_metrics_after(self, iter_num: int) -> None:
+        """Forget logged steps the checkpoint does not include (a run that went on past
+        its last save), so a resumed run's metrics.jsonl has each iteration once."""
+        if not self.metrics_path.exists():
+            return
+        kept = []
+        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash
+            if isinstance(record, dict) and record.get("iter", 0) <= iter_num \
+                    and record.get("type") != "error":
+                kept.append(line)
+        _write_text_atomic(self.metrics_path, "".join(line + "\n" for line in kept))
 
     def _write_metrics(self, record: Dict[str, Any]) -> None:
         with open(self.metrics_path, "a", encoding="utf-8") as f:

@@ -197,6 +197,8 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(workdir):
     assert f"resumed" in resumed.stdout and f"at iteration {stopped}" in resumed.stdout
     assert load_checkpoint(workdir / "ckpts" / "tiny" / "last.ckpt").meta["iter_num"] == \
         stopped + 2
+    logged = [r["iter"] for r in metrics(workdir / "ckpts" / "tiny") if r["type"] == "train"]
+    assert logged == sorted(set(logged)) and logged[-1] == stopped + 2  # each step once
 
 
 # --- the trainer, in process ---------------------------------------------------------------
@@ -216,6 +218,8 @@ def test_resume_reproduces_the_uninterrupted_loss_curve(workdir, dtype, toleranc
     resumed = Trainer(load_config(config, half + ["train.resume=true"]), log=quiet,
                       progress=False).fit()
     assert resumed.iterations == straight.iterations == 12
+    assert [r["iter"] for r in metrics(resumed.run_dir) if r["type"] == "eval"] == \
+        [0, 3, 6, 9, 12]  # the first half's evaluations, then the second's, none twice
     a = [r for r in metrics(straight.run_dir) if r["type"] == "train"]
     b = [r for r in metrics(resumed.run_dir) if r["type"] == "train"]
     assert [r["iter"] for r in a] == [r["iter"] for r in b]
@@ -260,6 +264,13 @@ def test_a_nan_loss_stops_training_and_leaves_the_last_good_checkpoint(workdir):
     assert all(np.isfinite(v).all() for v in ckpt.model.values())
     assert metrics(workdir / "ckpts" / "tiny")[-1] == {"type": "error", "iter": 5,
                                                        "error": "loss is nan"}
+    # with the cause gone, the run resumes from iteration 4 and the error leaves the log
+    resumed = Trainer(load_config(config, ["train.resume=true"]), log=quiet,
+                      progress=False).fit()
+    assert resumed.status == "finished" and resumed.iterations == 10
+    records = metrics(workdir / "ckpts" / "tiny")
+    assert all(r["type"] != "error" for r in records)
+    assert [r["iter"] for r in records if r["type"] == "train"] == [2, 4, 6, 8, 10]
 
 
 def test_a_crash_while_saving_leaves_the_previous_checkpoint_loadable(workdir, monkeypatch):
