@@ -1,7 +1,8 @@
-"""A first run of minitorch_gpu: views and strides, then a small GPT trained with AdamW on
-a corpus every Python has (the Zen of Python), then text sampled from it with the KV cache.
+"""A tour of minitorch_gpu in one script: views and strides, then a small GPT trained with
+AdamW on a corpus every Python has (the Zen of Python), then text sampled from it with the
+KV cache, all through the Python API (the CLI does the same from a YAML config).
 
-    python scripts/quickstart.py [--steps 400] [--device cpu]
+    python scripts/tour.py [--steps 400] [--device cpu]
 
 The pieces are the framework's own: tensors and autograd, ``nn.GPT`` (nanoGPT's
 architecture and parameter names), ``optim.AdamW`` with a warm-up + cosine schedule and
