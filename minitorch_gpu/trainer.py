@@ -115,7 +115,10 @@ class Trainer:
         cfg = self.cfg
         set_num_threads(cfg.system.threads)
         self.dtype = self._dtype()
-        self.backend = get_backend(cfg.system.device)  # a clear error when CUDA is missing
+        try:
+            self.backend = get_backend(cfg.system.device)
+        except RuntimeError as exc:  # no CuPy or no GPU: the message names the fix
+            raise TrainingError(f"system.device: {exc}") from None
         self.device = str(self.backend.device)
         self.peak_flops = matmul_peak_flops(self.device, self.dtype)
         manual_seed(cfg.system.seed)

@@ -137,6 +137,8 @@ def test_generate_rejects_a_prompt_outside_the_vocabulary(workdir):
     (["--set", "train.batch_size=0"], "'train.batch_size': expected an int >= 1, got 0"),
     (["--set", "model.block_size=5000"], "fewer than model.block_size + 1"),
     (["--resume"], "no checkpoint to resume"),
+    pytest.param(["--device", "cuda:7"], "system.device: device 'cuda:7' is not available",
+                 id="a missing GPU"),
 ])
 def test_bad_training_input_gives_one_line_and_exit_code_2(workdir, args, message):
     run = cli("train", write_config(workdir), *args, cwd=workdir)
