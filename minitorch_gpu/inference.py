@@ -9,6 +9,7 @@ tokenizer, so no config file or data cache is read::
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
@@ -40,7 +41,12 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu"
     ckpt = load_checkpoint(path, load_optimizer=False)
     meta = ckpt.meta
     try:
-        model_config = GPTConfig(**meta["model_config"])
+        shape = meta["model_config"]
+        expected = {f.name for f in dataclasses.fields(GPTConfig)}
+        if not isinstance(shape, dict) or set(shape) != expected:
+            got = sorted(shape) if isinstance(shape, dict) else repr(shape)
+            raise ValueError(f"model_config has keys {got}, expected {sorted(expected)}")
+        model_config = GPTConfig(**shape)
         tokenizer = tokenizer_from_json(meta["tokenizer"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: the checkpoint has no usable model config or tokenizer "
@@ -51,9 +57,9 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu"
     try:
         model.load_state_dict(ckpt.model)
     except (RuntimeError, ValueError, TypeError) as exc:
-        first = str(exc).splitlines()[0]
+        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise CheckpointError(f"{path}: the weights do not fit the model it describes "
-                              f"({first})") from None
+                              f"({detail[:400]})") from None
     return model.to(device).eval(), tokenizer, meta
 
 
