@@ -68,8 +68,10 @@ def stream_text(model: GPT, tokenizer: Any, prompt: str, max_new_tokens: int,
                 top_p: Optional[float] = None) -> Iterator[str]:
     """Yield the text of each new token as it is sampled (the prompt not included).
 
-    Byte-level BPE tokens may end inside a multi-byte character; the text is decoded as a
-    whole and only what has become final is yielded, so no half character is printed.
+    A byte-level BPE token may end inside a multi-byte character: such tokens wait until
+    the character is complete, so no half character is ever printed. Each token is decoded
+    once (with the few still waiting), so a long sample costs no more per token than a
+    short one.
     """
     ids = tokenizer.encode(prompt)
     if not ids:
@@ -77,15 +79,13 @@ def stream_text(model: GPT, tokenizer: Any, prompt: str, max_new_tokens: int,
                          "character (for example a newline)")
     device = model.lm_head.weight.device
     idx = tensor([ids], device=device)  # (1, T)
-    new: list = []
-    shown = ""
+    pending: list = []  # tokens whose bytes do not yet end on a whole character
     for token in model.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p):
-        new.append(int(token.item()))
-        text = tokenizer.decode(new)
-        if text.endswith("\ufffd"):  # a character still being spelled out byte by byte
+        pending.append(int(token.item()))
+        text = tokenizer.decode(pending)
+        if text.endswith("\ufffd") and len(pending) < 8:  # a UTF-8 character is <= 4 bytes
             continue
-        yield text[len(shown):]
-        shown = text
-    text = tokenizer.decode(new)
-    if len(text) > len(shown):
-        yield text[len(shown):]
+        pending = []
+        yield text
+    if pending:
+        yield tokenizer.decode(pending)

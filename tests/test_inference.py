@@ -40,6 +40,17 @@ def test_streamed_pieces_join_to_the_text_and_never_split_a_character(make):
     assert not any("\ufffd" in p for p in pieces)
 
 
+def test_bytes_that_never_make_a_character_are_shown_rather_than_held_forever():
+    tokenizer = BPETokenizer.train(TEXT, 300)
+    ids = tokenizer.encode("日本語")
+    cut = next(i for i in range(1, len(ids) + 1)
+               if tokenizer.decode(ids[:i]).endswith("\ufffd"))
+    broken = [ids[cut - 1]] * 20  # a character's first bytes, over and over
+    pieces = list(stream_text(ScriptedModel(broken), tokenizer, "a", 20))
+    assert len(pieces) >= 2 and "".join(pieces) == tokenizer.decode(broken[:8]) * 2 + \
+        tokenizer.decode(broken[:4])
+
+
 def test_an_empty_prompt_is_refused():
     tokenizer = CharTokenizer.from_text(TEXT)
     with pytest.raises(ValueError, match="the prompt encodes to no tokens"):
