@@ -28,6 +28,7 @@ bytes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -409,7 +410,14 @@ def save_checkpoint(path: PathLike, model_state: Mapping[str, Any],
         raise IsADirectoryError(f"save_checkpoint: {str(path)!r} is a directory; expected "
                                 f"a file path such as {str(path / 'last.ckpt')!r}")
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # mkdir says "File exists" when a file is where a folder must be
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocker is None:
+            raise _write_error(path, exc) from None
+        raise NotADirectoryError(errno.ENOTDIR, f"save_checkpoint: can't write {str(path)!r}: "
+                                 f"{str(blocker)!r} is a file, not a folder") from None
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(temporary, "wb") as file:
@@ -426,12 +434,25 @@ def save_checkpoint(path: PathLike, model_state: Mapping[str, Any],
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:  # KeyboardInterrupt too: never leave the temporary file behind
+    except BaseException as exc:  # KeyboardInterrupt too: never leave the temporary file behind
         with contextlib.suppress(OSError):
             temporary.unlink()
+        if isinstance(exc, OSError):
+            raise _write_error(path, exc) from None
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def _write_error(path: Path, exc: OSError) -> OSError:
+    """``exc`` as the same OSError subclass, its message naming the checkpoint (not only
+    the hidden temporary file) and saying the previous one is untouched."""
+    detail = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename and os.fspath(exc.filename) != str(path):
+        detail += f": {os.fspath(exc.filename)!r}"
+    message = (f"save_checkpoint: can't write {str(path)!r} ({detail}); a checkpoint "
+               f"already there is unchanged")
+    return type(exc)(exc.errno, message) if exc.errno is not None else type(exc)(message)
 
 
 def _model_plan(model_state: Mapping[str, Any]) -> Tuple[List[dict], List[Tuple[dict, Any]]]:

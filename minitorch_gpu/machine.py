@@ -8,7 +8,9 @@ run on hardware that differs from it; a measured one tells what this machine can
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import platform
 import tempfile
@@ -73,6 +75,40 @@ def _measure(device: str, dtype: Any, n: int, repeats: int) -> float:
     return 2.0 * n ** 3 / best
 
 
+def _read_cache(path: Path) -> Dict[str, float]:
+    """The measured peaks in ``path``: only positive, finite numbers under str keys; a
+    missing, unreadable or damaged file (any JSON but an object) is an empty cache."""
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(cached, dict):
+        return {}
+    return {key: float(value) for key, value in cached.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0}
+
+
+def _write_cache(path: Path, key: str, peak: float) -> None:
+    """Add ``key`` to the cache file, keeping what other processes wrote meanwhile (it is
+    read again just before the write, not before the seconds of measuring). Best effort: a
+    read-only cache only means measuring again next time."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cached = _read_cache(path)
+        cached[key] = peak
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp",
+                                         prefix=".machine.", encoding="utf-8") as file:
+            tmp = file.name
+            json.dump(cached, file, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:  # a full disk or a failed rename: leave no temporary file
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
 def matmul_peak_flops(device: str = "cpu", dtype: Any = dtypes.float32, *,
                       refresh: bool = False) -> float:
     """The best FLOP/s of an (n, n) @ (n, n) product on ``device`` in ``dtype``, measured
@@ -80,22 +116,10 @@ def matmul_peak_flops(device: str = "cpu", dtype: Any = dtypes.float32, *,
     device = str(get_backend(device).device)
     key = _machine_key(device, dtype)
     path = cache_dir() / "machine.json"
-    cached: Dict[str, float] = {}
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
-    if not refresh and isinstance(cached.get(key), (int, float)):
-        return float(cached[key])
+    cached = _read_cache(path)
+    if not refresh and key in cached:
+        return cached[key]
     n, repeats = (1024, 5) if device == "cpu" else (8192, 10)
     peak = _measure(device, dtype, n, repeats)
-    cached[key] = peak
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
-                                         suffix=".tmp") as tmp:
-            json.dump(cached, tmp, indent=1)
-        os.replace(tmp.name, path)
-    except OSError:
-        pass  # a read-only home: measure again next time
+    _write_cache(path, key, peak)
     return peak

@@ -1,5 +1,6 @@
 """Checkpoint files: round trips of a GPT and AdamW, dtypes bit for bit, atomic writes, and
 one-line CheckpointErrors for every damaged or foreign file."""
+import errno
 import io
 import json
 import math
@@ -288,6 +289,35 @@ def test_a_failed_rename_leaves_no_temporary_file(tmp_path, monkeypatch):
     with pytest.raises(PermissionError):
         save_checkpoint(path, {"a": np.zeros(3)})
     monkeypatch.undo()
+    assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["last.ckpt"]
+
+
+def test_save_under_a_file_names_the_file_in_the_way(tmp_path):
+    # mkdir's "[Errno 17] File exists: '.../runs'" said neither what was being written nor why
+    (tmp_path / "runs").write_text("not a folder")
+    for path in (tmp_path / "runs" / "last.ckpt", tmp_path / "runs" / "deep" / "last.ckpt"):
+        with pytest.raises(NotADirectoryError) as info:
+            save_checkpoint(path, {"w": np.zeros(1)})
+        message = str(info.value)
+        assert str(path) in message and f"{str(tmp_path / 'runs')!r} is a file" in message
+
+
+def test_a_failed_write_names_the_checkpoint_and_keeps_the_old_one(tmp_path, monkeypatch):
+    # a read-only folder or a full disk gave "[Errno 13] Permission denied:
+    # '.../.last.ckpt.tmp-1234'": a hidden file the user never asked for
+    path = tmp_path / "last.ckpt"
+    before = small_checkpoint(path)
+
+    def refuse(source, target):
+        raise PermissionError(errno.EACCES, "Permission denied", str(source))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(PermissionError) as info:
+        save_checkpoint(path, {"a": np.zeros(3)})
+    monkeypatch.undo()
+    message = str(info.value)
+    assert f"can't write {str(path)!r}" in message and "Permission denied" in message
+    assert "unchanged" in message and info.value.errno == errno.EACCES
     assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["last.ckpt"]
 
 

@@ -3,6 +3,8 @@
 Nothing here touches the network: downloads are monkeypatched to fail, Hugging Face runs
 offline, and every cache lives under tmp_path.
 """
+import hashlib
+import importlib
 import json
 import os
 import sysconfig
@@ -126,6 +128,71 @@ def test_char_tokenizer_needs_text():
         CharTokenizer.from_text("")
 
 
+def test_char_tokenizer_json_keeps_adjacent_lone_surrogates():
+    # a lone high surrogate sorted next to a lone low one once read back as one astral
+    # character: the vocabulary shrank and every later id moved
+    tok = CharTokenizer.from_text("ab\ud83dx\ude80")
+    restored = tokenizer_from_json(tok.to_json())
+    assert restored.chars == tok.chars and restored.vocab_size == 5
+    assert restored.encode("x\ude80") == tok.encode("x\ude80")
+
+
+def gapped_byte_level_json(stride: int) -> str:
+    """A byte-level BPE tokenizer.json whose 256 ids are 0, stride, 2 * stride, ..."""
+    tok = json.loads(BPETokenizer.train("abc", 257).hf.to_str())
+    alphabet = sorted(tok["model"]["vocab"], key=tok["model"]["vocab"].get)[:256]
+    tok["model"]["vocab"] = {piece: i * stride for i, piece in enumerate(alphabet)}
+    tok["model"]["merges"], tok["added_tokens"] = [], []
+    return json.dumps(tok)
+
+
+def test_bpe_vocab_size_covers_ids_that_skip_numbers(tmp_path):
+    # the count of tokens (256) was taken for the vocabulary: ids up to 76,500 came out,
+    # past the model's embedding, and were wrapped into uint16 token files
+    tok = tokenizer_from_json(gapped_byte_level_json(300))
+    assert tok.vocab_size == 255 * 300 + 1
+    text = "hello, gapped vocabulary\n" * 20
+    ids = tok.encode_array(text)
+    assert int(ids.max()) < tok.vocab_size and tok.decode(ids) == text
+    tokenizer_path = write(tmp_path / "gapped.json", gapped_byte_level_json(300))
+    write(tmp_path / "corpus.txt", text)
+    data = prepare(cfg_for(tmp_path, source="text_files", path=str(tmp_path / "corpus.txt"),
+                           tokenizer="file", tokenizer_path=str(tokenizer_path)),
+                   log=lambda line: None)
+    assert data.meta["dtype"] == "uint32" and data.vocab_size == tok.vocab_size
+    assert np.concatenate([data.train_tokens(), data.val_tokens()]).tolist() == ids.tolist()
+
+
+def lossy_tokenizer(name: str):
+    """A ``tokenizers`` library tokenizer that does not give every text back."""
+    import tokenizers
+    if name == "word_level":  # [UNK] for every word it doesn't know
+        tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"hello": 0, "[UNK]": 1},
+                                                               unk_token="[UNK]"))
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    elif name == "bpe_without_byte_level":  # drops characters it doesn't know
+        tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+        tok.train_from_iterator(["hello world"], tokenizers.trainers.BpeTrainer(
+            vocab_size=40, show_progress=False))
+    else:  # a byte-level BPE behind a lowercasing normalizer
+        tok = tokenizers.Tokenizer.from_str(BPETokenizer.train(CORPUS, 300).hf.to_str())
+        tok.normalizer = tokenizers.normalizers.Lowercase()
+    return tok
+
+
+@pytest.mark.parametrize("name", ["word_level", "bpe_without_byte_level", "lowercasing"])
+def test_a_given_tokenizer_must_encode_the_corpus_losslessly(tmp_path, name):
+    # these turned the corpus into [UNK]s, dropped what they did not know, or lowercased it,
+    # and prepare trained on that without a word
+    lossy_tokenizer(name).save(str(tmp_path / f"{name}.json"))
+    write(tmp_path / "corpus.txt", "Hello world, hello again!\n" * 20)
+    cfg = cfg_for(tmp_path, source="text_files", path=str(tmp_path / "corpus.txt"),
+                  tokenizer="file", tokenizer_path=str(tmp_path / f"{name}.json"))
+    with pytest.raises(ValueError, match="does not encode this corpus losslessly") as info:
+        prepare(cfg, log=lambda line: None)
+    assert f"{name}.json" in str(info.value) and "byte-level BPE" in str(info.value)
+
+
 # --- sources ----------------------------------------------------------------------------------
 def test_cache_root(tmp_path, monkeypatch):
     monkeypatch.setenv("MINITORCH_GPU_CACHE", str(tmp_path / "env"))
@@ -151,6 +218,43 @@ def test_text_files_home_is_expanded(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     write(tmp_path / "notes.txt", "home text\n")
     assert load_text(cfg_for(tmp_path, source="text_files", path="~/notes.txt")) == "home text\n"
+
+
+def test_text_files_reads_a_file_named_twice_once(tmp_path, monkeypatch):
+    # a relative name, a name through "..", a link: each spelling was read again
+    write(tmp_path / "a.txt", "alpha\n")
+    write(tmp_path / "b.txt", "beta\n")
+    (tmp_path / "sub").mkdir()
+    os.symlink(tmp_path / "a.txt", tmp_path / "sub" / "link.txt")
+    monkeypatch.chdir(tmp_path)
+    cfg = cfg_for(tmp_path, source="text_files", path=str(tmp_path / "*.txt"),
+                  paths=["a.txt", "./b.txt", "sub/../a.txt", "sub/link.txt"])
+    assert load_text(cfg) == "alpha\n\nbeta\n"
+
+
+def test_text_files_takes_an_existing_name_with_glob_characters_as_it_is(tmp_path):
+    # "notes[1].txt" was read as a pattern (a class of "1") and matched no file
+    write(tmp_path / "notes[1].txt", "bracketed\n")
+    cfg = cfg_for(tmp_path, source="text_files", path=str(tmp_path / "notes[1].txt"))
+    assert load_text(cfg) == "bracketed\n"
+
+
+@pytest.mark.parametrize("name, content, byte", [
+    ("image.png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "0x89 at offset 0"),
+    ("latin1.txt", "café au lait\n".encode("latin-1"), "0xe9 at offset 3"),
+    ("utf16.txt", "hello\n".encode("utf-16"), "0xff at offset 0"),
+])
+def test_text_files_refuses_files_that_are_not_utf8(tmp_path, name, content, byte):
+    # they were read with replacement characters, so a glob that picked up a binary file
+    # trained the model on U+FFFD noise
+    write(tmp_path / "good.txt", "fine\r\nline\n")
+    (tmp_path / name).write_bytes(content)
+    cfg = cfg_for(tmp_path, source="text_files", path=str(tmp_path / "*"))
+    with pytest.raises(ValueError, match="is not UTF-8 text") as info:
+        load_text(cfg)
+    assert name in str(info.value) and byte in str(info.value)
+    (tmp_path / name).unlink()
+    assert load_text(cfg) == "fine\nline\n"  # newlines as before: "\r\n" reads as "\n"
 
 
 @pytest.mark.parametrize("pattern", ["*.nothing", "missing.txt", "**/none/*.txt"])
@@ -208,22 +312,44 @@ def test_tinyshakespeare_offline_error_says_where_to_put_the_file(tmp_path, monk
     assert not (cache_root(cfg) / "tinyshakespeare" / "input.txt").exists()
 
 
+class _Reply:
+    """What urlopen returns, holding ``payload``: the download without a network."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def read(self):
+        return self.payload
+
+
 def test_tinyshakespeare_download_checks_the_hash(tmp_path, monkeypatch):
-    class Reply:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def read(self):
-            return b"not shakespeare"
-
-    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: Reply())
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: _Reply(b"not shakespeare"))
     cfg = cfg_for(tmp_path, source="tinyshakespeare")
     with pytest.raises(RuntimeError, match="sha256"):
         load_text(cfg, log=lambda line: None)
     assert not any((cache_root(cfg) / "tinyshakespeare").glob("*"))  # nothing half-written
+
+
+def test_tinyshakespeare_download_into_an_unwritable_cache_says_what_to_do(tmp_path,
+                                                                          monkeypatch):
+    # a read-only cache gave a bare OSError from mkdir or mkstemp
+    payload = b"ROMEO:\nBut soft!\n"
+    sources = importlib.import_module("minitorch_gpu.data.sources")
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: _Reply(payload))
+    monkeypatch.setattr(sources, "TINYSHAKESPEARE_SHA256",
+                        hashlib.sha256(payload).hexdigest())
+    write(tmp_path / "not_a_folder", "x")  # stands in for a read-only folder (tests run as root)
+    cfg = cfg_for(tmp_path, source="tinyshakespeare", cache_dir=str(tmp_path / "not_a_folder"))
+    with pytest.raises(RuntimeError, match="can't save it") as info:
+        load_text(cfg, log=lambda line: None)
+    assert "data.cache_dir" in str(info.value) and "data.path" in str(info.value)
+    assert str(tmp_path / "not_a_folder") in str(info.value)
 
 
 @pytest.fixture
@@ -353,6 +479,70 @@ def test_prepare_redoes_an_incomplete_folder(tmp_path):
     assert leftovers == []
 
 
+def test_prepare_notices_a_rewrite_that_keeps_size_and_mtime(tmp_path):
+    # cp -p, rsync -t or tar put an older version back with its times: the fingerprint
+    # (size, mtime) did not change and the stale tokens were used
+    cfg = text_files_cfg(tmp_path)
+    first = prepare(cfg, log=lambda line: None)
+    path = tmp_path / "corpus" / "a.txt"
+    before = path.stat()
+    time.sleep(0.02)  # past the file system's clock tick
+    write(path, TEXTS["ascii"].upper() * 30)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    again = prepare(cfg, log=lambda line: None)
+    assert again.directory != first.directory
+    assert "FIRST CITIZEN" in again.tokenizer.decode(again.train_tokens()[:100])
+
+
+def test_prepare_uses_the_folder_a_concurrent_prepare_finished_first(tmp_path, monkeypatch):
+    # two runs of one config at once: the later one replaced the folder the first was
+    # already reading (or crashed, below)
+    prepare_module = importlib.import_module("minitorch_gpu.data.prepare")
+    cfg = text_files_cfg(tmp_path)
+    build = prepare_module.build_tokenizer
+    other = []
+
+    def build_while_another_prepare_finishes(*args):
+        if not other:
+            other.append(None)  # the nested prepare builds with this function too
+            other[0] = prepare(cfg, log=lambda line: None)
+            other.append(other[0].directory.stat().st_ino)
+        return build(*args)
+
+    monkeypatch.setattr(prepare_module, "build_tokenizer", build_while_another_prepare_finishes)
+    lines = []
+    data = prepare(cfg, log=lines.append)
+    assert data.directory == other[0].directory and data.meta == other[0].meta
+    assert data.directory.stat().st_ino == other[1]  # the same folder, not a replacement
+    assert any("another prepare" in line for line in lines)
+    leftovers = [p.name for p in data.directory.parent.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_concurrent_prepares_do_not_crash_on_the_rename(tmp_path, monkeypatch):
+    # another prepare's folder landing between our check and our rename made os.replace
+    # fail with "Directory not empty"
+    import shutil
+    prepare_module = importlib.import_module("minitorch_gpu.data.prepare")
+    cfg = text_files_cfg(tmp_path)
+    finished = prepare(cfg, log=lambda line: None).directory
+    saved = tmp_path / "saved"
+    shutil.copytree(finished, saved)
+    shutil.rmtree(finished)
+    replace = os.replace
+
+    def another_prepare_lands_first(src, dst):
+        if Path(dst) == finished and not finished.exists():
+            shutil.copytree(saved, finished)
+        return replace(src, dst)
+
+    monkeypatch.setattr(prepare_module.os, "replace", another_prepare_lands_first)
+    data = prepare(cfg, log=lambda line: None)
+    assert data.directory == finished and data.train_tokens().size > 0
+    assert [p.name for p in finished.parent.iterdir() if p.name.startswith(".")] == []
+
+
 @pytest.mark.parametrize("vocab_size, dtype", [(1, np.uint16), (65535, np.uint16),
                                                (65536, np.uint16), (65537, np.uint32),
                                                (200_000, np.uint32)])
@@ -450,6 +640,7 @@ def test_sampler_too_short():
     ({"tokens": [1, 2, 3]}, TypeError, "numpy array"),
     ({"tokens": np.zeros((4, 4), dtype=np.int64)}, ValueError, "1-D"),
     ({"tokens": np.zeros(100, dtype=np.float32)}, ValueError, "integer"),
+    ({"seed": -1}, ValueError, "seed to be an int >= 0"),
 ])
 def test_sampler_bad_arguments(kwargs, error, match):
     args = {"tokens": TOKENS, "block_size": 8, "batch_size": 4, "seed": 0, **kwargs}

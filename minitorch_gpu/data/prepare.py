@@ -10,7 +10,9 @@ second call with nothing changed only reads ``meta.json``.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -135,9 +137,13 @@ def _split(ids: np.ndarray, val_fraction: float, characters: int) -> tuple:
     return ids[:n_train], ids[n_train:]
 
 
-def _write_atomically(directory: Path, files: Dict[str, Any], meta: Dict[str, Any]) -> None:
+def _write_atomically(directory: Path, key: str, files: Dict[str, Any], meta: Dict[str, Any],
+                      replace_complete: bool) -> Optional[PreparedData]:
     """Build the folder beside ``directory`` and rename it into place, meta.json last, so a
-    prepare killed half-way never looks complete."""
+    prepare killed half-way never looks complete. Returns None when our folder is in place,
+    or the complete folder another prepare of the same key put there first (then ours is
+    dropped: the two hold the same tokens, and whoever reads theirs keeps reading it).
+    ``replace_complete`` (force) replaces a complete folder found at the start."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
     try:
@@ -148,11 +154,27 @@ def _write_atomically(directory: Path, files: Dict[str, Any], meta: Dict[str, An
                 (tmp / name).write_text(content, encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n",
                                        encoding="utf-8")
-        if directory.exists():  # stale, incomplete or forced: move aside, then delete
-            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.old-"))
-            os.replace(directory, old / "dir")
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, directory)
+        for _ in range(3):  # each retry follows another prepare's rename into our path
+            if not replace_complete:
+                theirs = _load_if_complete(directory, key)
+                if theirs is not None:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    return theirs
+            replace_complete = False  # one that appears later was made after we started
+            if directory.exists():  # stale, incomplete or forced: move aside, then delete
+                old = Path(tempfile.mkdtemp(dir=directory.parent,
+                                            prefix=f".{directory.name}.old-"))
+                with contextlib.suppress(FileNotFoundError):  # another prepare moved it
+                    os.replace(directory, old / "dir")
+                shutil.rmtree(old, ignore_errors=True)
+            try:
+                os.replace(tmp, directory)
+                return None
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        raise RuntimeError(f"prepare: other prepares keep replacing {directory}; run one "
+                           f"prepare of this config at a time")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -184,7 +206,11 @@ def prepare(cfg: DataConfig, *, force: bool = False, log: Log = print) -> Prepar
         log(f"data: trained a byte-level BPE of vocab {tokenizer.vocab_size:,} in "
             f"{built - loaded:.1f}s")
     dtype = token_dtype(tokenizer.vocab_size)
-    ids = tokenizer.encode_array(text).astype(dtype)  # (tokens,)
+    ids = tokenizer.encode_array(text)  # (tokens,)
+    if ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < tokenizer.vocab_size:
+        raise ValueError(f"prepare: the {tokenizer.kind} tokenizer gave ids in [{ids.min()}, "
+                         f"{ids.max()}], outside its vocabulary [0, {tokenizer.vocab_size})")
+    ids = ids.astype(dtype)  # the check above: no id wraps around
     train, val = _split(ids, cfg.val_fraction, len(text))
     encoded = time.perf_counter()
     log(f"data: {len(ids):,} tokens ({tokenizer.kind}, vocab {tokenizer.vocab_size:,}, "
@@ -197,8 +223,13 @@ def prepare(cfg: DataConfig, *, force: bool = False, log: Log = print) -> Prepar
             "data_config": dataclasses.asdict(cfg),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(time.perf_counter() - started, 3)}
-    _write_atomically(directory, {"train.bin": train, "val.bin": val,
-                                  "tokenizer.json": tokenizer.to_json()}, meta)
+    theirs = _write_atomically(directory, key, {"train.bin": train, "val.bin": val,
+                                                "tokenizer.json": tokenizer.to_json()}, meta,
+                               replace_complete=force)
+    if theirs is not None:
+        log(f"data: another prepare of this config finished first; using its tokens in "
+            f"{directory}")
+        return theirs
     log(f"data: wrote {len(train):,} train + {len(val):,} val tokens ({dtype.name}) to "
         f"{directory} in {time.perf_counter() - started:.1f}s")
     return PreparedData(directory, meta, tokenizer)

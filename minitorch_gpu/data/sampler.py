@@ -27,6 +27,9 @@ class BatchSampler:
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BatchSampler: expected {name} to be an int >= 1, got "
                                  f"{value!r}")
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"BatchSampler: expected seed to be an int >= 0 (system.seed), "
+                             f"got {seed!r}")
         if not isinstance(tokens, np.ndarray):
             raise TypeError(f"BatchSampler: expected tokens as a numpy array (or memmap), got "
                             f"{type(tokens).__name__}")

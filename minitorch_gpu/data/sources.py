@@ -1,6 +1,7 @@
 """Corpus sources: the text a run trains on, chosen by ``data.source``.
 
-* ``text_files``: ``data.path`` and ``data.paths``, files or globs (``**`` recurses).
+* ``text_files``: ``data.path`` and ``data.paths``, files or globs (``**`` recurses); UTF-8
+  text only (anything else is an error naming the file).
 * ``python_stdlib``: the ``.py`` files of this interpreter's standard library (~11 MB); no
   download.
 * ``tinyshakespeare``: Karpathy's 1.1 MB corpus, downloaded once into the cache (or
@@ -63,21 +64,39 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _stat(path: Path) -> Tuple[str, int, int]:
+def _stat(path: Path) -> Tuple[str, int, int, int]:
+    # ctime too: copying an older version over the file with its times kept (cp -p, rsync -t,
+    # tar) can leave size and mtime as they were, but the kernel sets ctime on every write
     st = path.stat()
-    return str(path), st.st_size, st.st_mtime_ns
+    return str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-def _join_files(paths: List[Path], max_chars: Optional[int]) -> str:
-    """The files' texts with one blank line between them, reading no further than
-    ``max_chars`` needs."""
+def _read_utf8(path: Path) -> str:
+    """The text of a file the user named; ValueError, naming it, if it is not UTF-8 (a
+    binary file a glob picked up, a Latin-1 or UTF-16 file), rather than training on
+    replacement characters."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"data source text_files: {str(path)!r} is not UTF-8 text (byte "
+                         f"0x{data[exc.start]:02x} at offset {exc.start}: {exc.reason}); "
+                         f"convert it to UTF-8 or leave it out of data.path/data.paths") from None
+    # universal newlines, as _read (read_text) gives them: "\r\n" and a lone "\r" become "\n"
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def _join_files(paths: List[Path], max_chars: Optional[int],
+                read: Callable[[Path], str] = _read) -> str:
+    """The files' texts (each from ``read``) with one blank line between them, reading no
+    further than ``max_chars`` needs."""
     parts, total = [], 0
     for path in paths:
-        text = _read(path)
+        text = read(path)
         if not text.endswith("\n"):
             text += "\n"
         parts.append(text)
@@ -90,29 +109,34 @@ def _join_files(paths: List[Path], max_chars: Optional[int]) -> str:
 # --- text_files -------------------------------------------------------------------------------
 def text_file_paths(cfg: DataConfig) -> List[Path]:
     """The files of ``data.path`` and ``data.paths`` in order: ``~`` expanded, each glob's
-    matches sorted, repeats dropped. FileNotFoundError names a pattern that matches nothing."""
+    matches sorted, repeats dropped (the same file however it is spelt: relative or absolute,
+    through ``..`` or a link). A name that is an existing file is taken as it is, even when
+    it holds glob characters (``notes[1].txt``). FileNotFoundError names a pattern that
+    matches nothing."""
     first = cfg.path if isinstance(cfg.path, (list, tuple)) else [cfg.path] if cfg.path else []
     patterns = list(first) + list(cfg.paths)
     if not patterns:
         raise ValueError("data source text_files: expected data.path or data.paths (files or "
                          "globs), got neither")
-    found: Dict[Path, None] = {}
+    found: Dict[str, Path] = {}  # real path -> the path as first named
     for pattern in patterns:
         expanded = os.path.expanduser(pattern)
-        if glob.has_magic(expanded):
+        if os.path.isfile(expanded):
+            matches = [Path(expanded)]
+        elif glob.has_magic(expanded):
             matches = [Path(p) for p in sorted(glob.glob(expanded, recursive=True))
                        if os.path.isfile(p)]
         elif os.path.isdir(expanded):
             raise ValueError(f"data source text_files: {pattern!r} is a directory; expected "
                              f"a file or a glob such as '{pattern.rstrip('/')}/**/*.txt'")
         else:
-            matches = [Path(expanded)] if os.path.isfile(expanded) else []
+            matches = []
         if not matches:
             raise FileNotFoundError(f"data source text_files: {pattern!r} matches no file "
                                     f"(expanded: {expanded!r})")
         for match in matches:
-            found.setdefault(match, None)
-    return list(found)
+            found.setdefault(os.path.realpath(match), match)
+    return list(found.values())
 
 
 # --- python_stdlib ----------------------------------------------------------------------------
@@ -175,8 +199,14 @@ def _download_tinyshakespeare(dest: Path, log: Log) -> None:
                            f"{TINYSHAKESPEARE_URL} has sha256 {digest}, expected "
                            f"{TINYSHAKESPEARE_SHA256}; put a good copy at {dest} or set "
                            f"data.path")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".input.txt.")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".input.txt.")
+    except OSError as exc:  # a read-only cache, or a file where its folder should be
+        raise RuntimeError(
+            f"data source tinyshakespeare: downloaded, but can't save it in {dest.parent} "
+            f"({exc.strerror or exc}); set data.cache_dir (or $MINITORCH_GPU_CACHE) to a "
+            f"writable folder, or data.path to a local copy") from None
     try:  # temp + rename: an interrupted download never leaves a partial input.txt
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
@@ -251,7 +281,7 @@ def load_text(cfg: DataConfig, *, log: Log = print) -> str:
     """The whole corpus of ``cfg`` as one string, cut to ``data.max_chars``. ``log`` gets
     notes (a download, a non-reference tinyshakespeare)."""
     if cfg.source == "text_files":
-        text = _join_files(text_file_paths(cfg), cfg.max_chars)
+        text = _join_files(text_file_paths(cfg), cfg.max_chars, read=_read_utf8)
     elif cfg.source == "python_stdlib":
         text = _join_files(stdlib_file_paths(), cfg.max_chars)
     elif cfg.source == "tinyshakespeare":
@@ -283,8 +313,9 @@ def _hf_fingerprint(cfg: DataConfig) -> Any:
 
 
 def source_fingerprint(cfg: DataConfig) -> str:
-    """A hash that changes when the corpus may have changed, cheap to compute: file sizes and
-    mtimes, not contents (the stdlib: the interpreter version and each file's size)."""
+    """A hash that changes when the corpus may have changed, cheap to compute: file sizes,
+    mtimes and ctimes, not contents (the stdlib: the interpreter version and each file's
+    size)."""
     settings: Dict[str, Any] = {"source": cfg.source, "max_chars": cfg.max_chars}
     if cfg.source == "text_files":
         settings["files"] = [_stat(p) for p in text_file_paths(cfg)]

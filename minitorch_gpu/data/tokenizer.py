@@ -138,8 +138,9 @@ class CharTokenizer(Tokenizer):
         return points.tobytes().decode("utf-32-le", "surrogatepass")
 
     def to_json(self) -> str:
-        # ascii escapes: a lone surrogate in the vocabulary survives a UTF-8 file
-        return json.dumps({"kind": "char", "chars": "".join(self.chars)})
+        # a list, not one string: a lone high surrogate next to a lone low one would read
+        # back as one astral character; ascii escapes: a lone surrogate survives a UTF-8 file
+        return json.dumps({"kind": "char", "chars": self.chars})
 
 
 class BPETokenizer(Tokenizer):
@@ -153,6 +154,10 @@ class BPETokenizer(Tokenizer):
             raise TypeError(f"BPETokenizer: expected a tokenizers.Tokenizer, got "
                             f"{type(hf_tokenizer).__name__}")
         self.hf = hf_tokenizer
+        # the largest id + 1, not the count of tokens: a tokenizer.json whose ids skip
+        # numbers still emits its largest, which the embedding and token files must hold
+        ids = hf_tokenizer.get_vocab(with_added_tokens=True).values()
+        self._vocab_size = max(ids) + 1 if ids else 0
 
     @classmethod
     def train(cls, text: str, vocab_size: int) -> "BPETokenizer":
@@ -183,7 +188,7 @@ class BPETokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
-        return self.hf.get_vocab_size(with_added_tokens=True)
+        return self._vocab_size
 
     def encode_array(self, text: str) -> np.ndarray:
         chunks = list(_chunks(text))
@@ -256,6 +261,24 @@ def build_tokenizer(cfg: DataConfig, text: str) -> Tokenizer:
         if not cfg.tokenizer_path:
             raise ValueError("data.tokenizer_path: expected the path of a tokenizer.json for "
                              "tokenizer: file, got none")
-        return load_tokenizer(cfg.tokenizer_path)
+        tokenizer = load_tokenizer(cfg.tokenizer_path)
+        _check_lossless(tokenizer, text, f"data.tokenizer_path {cfg.tokenizer_path!r}")
+        return tokenizer
     raise ValueError(f"data.tokenizer: expected one of char, bpe, file, got "
                      f"{cfg.tokenizer!r}")
+
+
+def _check_lossless(tokenizer: Tokenizer, text: str, name: str) -> None:
+    """ValueError unless ``tokenizer`` gives back each distinct character of ``text`` and its
+    first chunk as they were. A given tokenizer.json need not be byte-level: a word-level
+    one turns what it doesn't know into [UNK], a BPE without byte fallback drops it, a
+    normalizer lowercases, and the corpus would be trained on silently changed."""
+    for sample in sorted(set(text)) + [text[:CHUNK_CHARS]]:
+        back = tokenizer.decode(tokenizer.encode(sample))
+        if back != sample:
+            where = next((i for i, (a, b) in enumerate(zip(sample, back)) if a != b),
+                         min(len(sample), len(back)))
+            raise ValueError(f"{name}: the tokenizer does not encode this corpus losslessly: "
+                             f"{sample[where:where + 20]!r} decodes as "
+                             f"{back[where:where + 20]!r}; expected a byte-level BPE (such "
+                             f"as GPT-2's tokenizer.json) or data.tokenizer: bpe or char")
