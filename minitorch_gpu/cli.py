@@ -5,16 +5,19 @@
     minitorch-gpu generate checkpoints/quickstart --prompt "def " --max-new-tokens 200
 
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
-2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving).
+2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving), 141 the
+reader of stdout went away (``minitorch-gpu generate ... | head``), quietly.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from typing import List, Optional
 
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+# 130 and 141 are what a shell reports for a process ended by SIGINT and SIGPIPE (128 + n)
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
 
 
 def _add_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -102,8 +105,9 @@ def _train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error("train", str(exc))
     progress = {"auto": None, "bar": True, "lines": False}[args.progress]
+    trainer = Trainer(cfg, progress=progress, overwrite=args.overwrite)
     try:
-        result = Trainer(cfg, progress=progress, overwrite=args.overwrite).fit()
+        result = trainer.fit()
     except TrainingDiverged as exc:
         print(f"minitorch-gpu train: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -113,18 +117,37 @@ def _train(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except (TrainingError, CheckpointError, ConfigError) as exc:
         return _error("train", str(exc))
+    except BrokenPipeError:
+        raise  # stdout's reader went away: main() stops quietly
+    except OSError as exc:  # writing a checkpoint or a log: a full disk, a lost mount
+        print(f"minitorch-gpu train: {exc}; the checkpoints on disk are as they were",
+              file=sys.stderr)
+        return EXIT_FAILED
     ckpt = result.best_checkpoint or result.last_checkpoint
     print(f"{result.status}: {result.iterations} iterations in {result.seconds:.0f} s; "
           f"best val loss {result.best_val_loss:.4f}")
     if ckpt is not None:
+        prompt = _example_prompt(cfg, trainer.tokenizer)
+        option = "" if prompt == "\n" else f" --prompt {shlex.quote(prompt)}"
         print(f"checkpoints in {result.run_dir}; sample from it with:\n"
-              f"  minitorch-gpu generate {shlex.quote(str(result.run_dir))} "
-              f"--prompt {shlex.quote(_example_prompt(cfg))} --max-new-tokens 300")
+              f"  minitorch-gpu generate {shlex.quote(str(result.run_dir))}{option} "
+              f"--max-new-tokens 300")
     return EXIT_INTERRUPTED if result.status == "interrupted" else 0
 
 
-def _example_prompt(cfg) -> str:
-    return {"python_stdlib": "def ", "tinyshakespeare": "ROMEO:"}.get(cfg.data.source, "The ")
+def _example_prompt(cfg, tokenizer) -> str:
+    """A prompt for the command printed after training, one the tokenizer can encode (a
+    character-level vocabulary holds only the corpus's characters)."""
+    preferred = {"python_stdlib": "def ", "tinyshakespeare": "ROMEO:"}.get(cfg.data.source)
+    for prompt in (preferred, "The ", "the ", "\n"):
+        if prompt is None:
+            continue
+        try:
+            if tokenizer.encode(prompt):
+                return prompt
+        except ValueError:  # a character outside the vocabulary
+            continue
+    return tokenizer.decode([0])  # some character of the corpus
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -140,6 +163,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     import minitorch_gpu as mt
+    from .backend import get_backend
     from .checkpoint import CheckpointError
     from .inference import load_for_inference, stream_text
     from .nn.sampling import check_sampling
@@ -149,14 +173,21 @@ def _generate(args: argparse.Namespace) -> int:
         check_sampling(args.temperature, top_k, args.top_p)
         if args.max_new_tokens < 0 or args.num_samples < 1:
             raise ValueError("--max-new-tokens must be >= 0 and --num-samples >= 1")
-    except ValueError as exc:
-        return _error("generate", str(exc))
+        if args.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {args.seed}")
+        get_backend(args.device)  # before the checkpoint is read
+    except (ValueError, RuntimeError) as exc:  # RuntimeError: an unusable device
+        return _error("generate", str(exc).splitlines()[0])
     if args.prompt_file is not None:
         try:
             with open(args.prompt_file, encoding="utf-8") as f:
                 prompt = f.read()
         except OSError as exc:
             return _error("generate", f"cannot read --prompt-file: {exc}")
+        except UnicodeDecodeError as exc:
+            return _error("generate", f"--prompt-file {args.prompt_file!r} is not UTF-8 text "
+                                      f"(byte {exc.object[exc.start]:#04x} at offset "
+                                      f"{exc.start})")
     else:
         prompt = "\n" if args.prompt is None else args.prompt
     try:
@@ -169,9 +200,11 @@ def _generate(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
         for sample in range(args.num_samples):
+            # checked before the prompt is printed: a refused prompt prints nothing
+            pieces = stream_text(model, tokenizer, prompt, args.max_new_tokens,
+                                 args.temperature, top_k, args.top_p)
             out.write(prompt)
-            for piece in stream_text(model, tokenizer, prompt, args.max_new_tokens,
-                                     args.temperature, top_k, args.top_p):
+            for piece in pieces:
                 out.write(piece)
                 out.flush()
             out.write("\n" if sample == args.num_samples - 1 else "\n---------------\n")
@@ -186,7 +219,25 @@ def _generate(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"train": _train, "prepare": _prepare, "generate": _generate}[args.command](args)
+    command = {"train": _train, "prepare": _prepare, "generate": _generate}[args.command]
+    try:
+        return command(args)
+    except BrokenPipeError:  # stdout's reader went away (`... | head`): stop, quietly
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # Ctrl-C while loading or preparing (training saves first)
+        print(f"minitorch-gpu {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit finds no broken pipe
+    to complain about (Python's documented recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # stdout is not a file (in tests)
+        pass
 
 
 def entry_point() -> None:

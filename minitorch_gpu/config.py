@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ class DataConfig:
     """Where the text comes from and how it becomes tokens."""
 
     source: str = "tinyshakespeare"  # text_files | python_stdlib | tinyshakespeare | hf_dataset
-    path: Optional[str] = None  # text_files: a file or glob (or a list); tinyshakespeare: a local copy; hf_dataset: a local file or load_from_disk folder
+    path: Union[str, List[str], None] = None  # text_files: a file or glob (or a list); tinyshakespeare: a local copy; hf_dataset: a local file or load_from_disk folder
     paths: List[str] = field(default_factory=list)  # text_files: more files or globs
     dataset: Optional[str] = None  # hf_dataset: the dataset name on the hub (e.g. "roneneldan/TinyStories")
     dataset_config: Optional[str] = None  # hf_dataset: the dataset's configuration name, if any
@@ -146,15 +147,39 @@ CHOICES = {
 
 # --- YAML ---------------------------------------------------------------------------------
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads ``3e-4`` as a string (it wants ``3.0e-4``); this loader reads it as the
-    float everyone means."""
+    """YAML 1.1 reads ``3e-4`` and ``-.5`` as strings (it wants ``3.0e-4``); this loader reads
+    them as the floats everyone means. A key given twice in one mapping is an error: YAML
+    keeps the last silently, so a second ``lr:`` further down a section would win unseen."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Dict[Any, Any]:
+        seen: Dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (first on line "
+                    f"{first.start_mark.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_error_text(exc: Exception) -> str:
+    """A YAML error on one line: where, then what (PyYAML's own spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return " ".join(str(exc).split())
 
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
                     |[-+]?\.(?:inf|Inf|INF)
                     |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
@@ -178,15 +203,36 @@ def _suggest(key: str, valid: Sequence[str], section: str = "") -> str:
         f"; valid keys: {', '.join(dot + v for v in valid)}"
 
 
+# nanoGPT's train.py names for the keys this config spells otherwise
+NANOGPT_NAMES = {"learning_rate": "train.lr",
+                 "gradient_accumulation_steps": "train.grad_accum_steps",
+                 "eval_interval": "eval.interval", "eval_iters": "eval.iters",
+                 "out_dir": "checkpoint.dir", "always_save_checkpoint": "checkpoint.always_save"}
+
+
+def _suggest_home(key: str, section: str = "") -> str:
+    """"; did you mean 'model.dropout'?" for a key written without its section or in
+    another one: the sections that have a key of that name, or nanoGPT's name for it
+    (``learning_rate``: ``train.lr``). Empty when there is none."""
+    homes = [NANOGPT_NAMES[key]] if key in NANOGPT_NAMES else [
+        f"{name}.{key}" for name, cls in SECTIONS.items()
+        if name != section and key in {f.name for f in dataclasses.fields(cls)}]
+    return f"; did you mean {' or '.join(repr(h) for h in homes)}?" if homes else ""
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return " or ".join(_type_name(a) for a in args) + " or null"
     if origin in (list, List):
-        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+        item = typing.get_args(tp)[0]
+        return f"a list of {_PLURAL.get(item, _type_name(item))}"
     return {int: "an int", float: "a number", bool: "true or false", str: "a string"}.get(
         tp, str(tp))
+
+
+_PLURAL = {int: "ints", float: "numbers", bool: "booleans", str: "strings"}
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -196,9 +242,19 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _coerce(value, args[0], where)
+        if len(args) == 1:  # Optional[X]
+            return _coerce(value, args[0], where)
+        for arg in args:  # Union[str, List[str]]: a string, else a list of them
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {type(value).__name__} "
+                          f"{value!r}")
     if origin in (list, List):
         item = typing.get_args(tp)[0]
+        if value is None:
+            return []  # null: no items
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             value = [value]  # a single path where a list is allowed
         if not isinstance(value, list):
@@ -234,7 +290,7 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
     for key, value in values.items():
         if key not in hints:
             raise ConfigError(f"unknown config key '{name}.{key}'"
-                              f"{_suggest(str(key), valid, name)}")
+                              f"{_suggest_home(str(key), name) or _suggest(str(key), valid, name)}")
         kwargs[key] = _coerce(value, hints[key], f"config key '{name}.{key}'")
     return cls(**kwargs)
 
@@ -247,9 +303,9 @@ def config_from_dict(raw: Any) -> Config:
         raise ConfigError(f"a config must be a mapping of sections ({', '.join(SECTIONS)}), "
                           f"got {type(raw).__name__}")
     for key in raw:
-        if key not in SECTIONS:
+        if key not in SECTIONS:  # a flat, nanoGPT-style `batch_size: 12` names its section
             raise ConfigError(f"unknown config section {key!r}"
-                              f"{_suggest(str(key), list(SECTIONS))}")
+                              f"{_suggest_home(str(key)) or _suggest(str(key), list(SECTIONS))}")
     cfg = Config(**{name: _build_section(name, cls, raw.get(name))
                     for name, cls in SECTIONS.items()})
     validate(cfg)
@@ -288,6 +344,9 @@ def validate(cfg: Config) -> None:
     if d.source == "text_files":
         _check(bool(d.path or d.paths), "data.path", "a file or glob for source text_files",
                d.path)
+    else:
+        _check(not isinstance(d.path, list), "data.path",
+               f"a single path for source {d.source} (a list is for text_files)", d.path)
     if d.source == "hf_dataset":
         _check(bool(d.dataset or d.path), "data.dataset",
                "a dataset name (or data.path, a local file or saved dataset) for source "
@@ -299,14 +358,24 @@ def validate(cfg: Config) -> None:
         _check(getattr(t, key) >= 1, f"train.{key}", "an int >= 1", getattr(t, key))
     for key in ("lr", "min_lr", "weight_decay", "grad_clip", "eps"):
         _check(getattr(t, key) >= 0.0, f"train.{key}", "a number >= 0", getattr(t, key))
+    for key in ("lr", "min_lr", "weight_decay", "eps"):  # grad_clip: .inf means no clipping
+        _check(math.isfinite(getattr(t, key)), f"train.{key}", "a finite number",
+               getattr(t, key))
     _check(t.lr > 0, "train.lr", "a number > 0", t.lr)
     for key in ("beta1", "beta2"):
         _check(0.0 <= getattr(t, key) < 1.0, f"train.{key}", "a number in [0, 1)",
                getattr(t, key))
     _check(t.warmup_iters >= 0, "train.warmup_iters", "an int >= 0", t.warmup_iters)
-    decay = t.max_iters if t.lr_decay_iters is None else t.lr_decay_iters
-    _check(decay >= t.warmup_iters, "train.lr_decay_iters",
-           f"an int >= train.warmup_iters ({t.warmup_iters})", decay)
+    if t.decay_lr:  # the schedule: warm-up, then cosine from lr down to min_lr
+        decay = t.max_iters if t.lr_decay_iters is None else t.lr_decay_iters
+        if decay < t.warmup_iters:
+            given = "" if t.lr_decay_iters is not None else \
+                " (null, so train.max_iters); set train.lr_decay_iters or lower " \
+                "train.warmup_iters"
+            raise ConfigError(f"config key 'train.lr_decay_iters': expected an int >= "
+                              f"train.warmup_iters ({t.warmup_iters}), got {decay}{given}")
+        _check(t.min_lr <= t.lr, "train.min_lr",
+               f"a number <= train.lr ({t.lr}), the rate the cosine decays from", t.min_lr)
     _check(e.interval >= 1, "eval.interval", "an int >= 1", e.interval)
     _check(e.iters >= 1, "eval.iters", "an int >= 1", e.iters)
     _check(e.batch_size is None or e.batch_size >= 1, "eval.batch_size", "an int >= 1 or null",
@@ -317,8 +386,15 @@ def validate(cfg: Config) -> None:
            "checkpoint.run_name", "a name without '/' (or null)", run)
     _check(re.fullmatch(r"cpu|cuda(:\d+)?", s.device) is not None, "system.device",
            "cpu, cuda or cuda:N", s.device)
+    _check(s.seed >= 0, "system.seed", "an int >= 0", s.seed)
     _check(s.threads is None or s.threads >= 1, "system.threads", "an int >= 1 or null",
            s.threads)
+
+
+def _is_text_field(cls: type, key: str) -> bool:
+    """Whether ``cls.key`` holds a string (a name or a path), maybe null."""
+    tp = typing.get_type_hints(cls)[key]
+    return tp is str or (typing.get_origin(tp) is Union and str in typing.get_args(tp))
 
 
 def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
@@ -331,8 +407,8 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, 
         dotted, text = item.split("=", 1)
         parts = dotted.strip().split(".")
         if len(parts) != 2 or not all(parts):
-            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. "
-                              f"train.lr=3e-4")
+            hint = _suggest_home(parts[-1]) or ", e.g. train.lr=3e-4"
+            raise ConfigError(f"override {item!r}: expected section.key=value{hint}")
         section, key = parts
         if section not in SECTIONS:
             raise ConfigError(f"override {item!r}: unknown config section {section!r}"
@@ -340,15 +416,22 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, 
         valid = [f.name for f in dataclasses.fields(SECTIONS[section])]
         if key not in valid:
             raise ConfigError(f"override {item!r}: unknown config key '{section}.{key}'"
-                              f"{_suggest(key, valid, section)}")
+                              f"{_suggest_home(key, section) or _suggest(key, valid, section)}")
         try:
             value = parse_yaml_value(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: the value is not valid YAML ({exc})") \
-                from None
+        except (yaml.YAMLError, ValueError) as exc:  # ValueError: "0x_" passes for an int
+            raise ConfigError(f"override {item!r}: the value is not valid YAML "
+                              f"({_yaml_error_text(exc)})") from None
+        if _is_text_field(SECTIONS[section], key) and value is not None \
+                and not isinstance(value, (str, list, dict)):
+            # a run name of 007, 1e3 or on: the text as typed, not YAML's 7, 1000.0 or True
+            value = text.strip()
         target = raw.setdefault(section, {})
         if target is None:
             target = raw[section] = {}
+        if not isinstance(target, dict):  # `train: 5` in the file
+            raise ConfigError(f"config section {section!r}: expected a mapping of keys to "
+                              f"values, got {type(target).__name__} {target!r}")
         target[key] = value
     return raw
 
@@ -362,8 +445,10 @@ def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config
                           if not path.exists() else f"config path {str(path)!r} is not a file")
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: "0x_" passes for an int, or
+        # the file is not UTF-8 text
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: "
+                          f"{_yaml_error_text(exc)}") from None
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError(f"config file {str(path)!r}: expected a mapping of sections "
                           f"({', '.join(SECTIONS)}), got {type(raw).__name__}")

@@ -21,6 +21,8 @@ from .nn import GPT, GPTConfig
 
 __all__ = ["resolve_checkpoint", "load_for_inference", "stream_text"]
 
+VOCAB_ROWS = ("transformer.wte.weight", "lm_head.weight")  # (vocab_size, n_embd), one tied array
+
 
 def resolve_checkpoint(path: Union[str, Path]) -> Path:
     """A checkpoint file, or for a run directory its best.ckpt (else its last.ckpt)."""
@@ -33,10 +35,14 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     return path
 
 
-def load_for_inference(path: Union[str, Path], device: str = "cpu"
-                       ) -> Tuple[GPT, Any, Dict[str, Any]]:
+def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
+                       keep_padding: bool = False) -> Tuple[GPT, Any, Dict[str, Any]]:
     """(model in eval mode on ``device``, tokenizer, checkpoint metadata). Raises
-    CheckpointError (one line) for a missing, truncated or foreign file."""
+    CheckpointError (one line) for a missing, truncated or foreign file.
+
+    A vocabulary padded past the tokenizer's (``model.pad_vocab_to``) is cut back to it, so
+    sampling never draws an id with no text; ``keep_padding=True`` keeps the model exactly
+    as trained (its loss then matches the trainer's to the last digit)."""
     path = resolve_checkpoint(path)
     ckpt = load_checkpoint(path, load_optimizer=False)
     meta = ckpt.meta
@@ -51,11 +57,22 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu"
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: the checkpoint has no usable model config or tokenizer "
                               f"({type(exc).__name__}: {exc})") from None
+    weights = ckpt.model
+    vocab = tokenizer.vocab_size
+    if model_config.vocab_size > vocab and not keep_padding:
+        # a vocabulary padded past the tokenizer's (model.pad_vocab_to, as nanoGPT's 50304):
+        # the padding ids decode to nothing, so they are cut from the model and never drawn
+        # (sampling among the real tokens, as if the padding's logits were -inf)
+        if all(getattr(weights.get(key), "shape", (None,))[0] == model_config.vocab_size
+               for key in VOCAB_ROWS):
+            weights = {key: value[:vocab] if key in VOCAB_ROWS else value
+                       for key, value in weights.items()}
+            model_config = dataclasses.replace(model_config, vocab_size=vocab)
     model = GPT(model_config)
     if meta.get("dtype") == "float64":
         model = model.to(dtypes.float64)
     try:
-        model.load_state_dict(ckpt.model)
+        model.load_state_dict(weights)
     except (RuntimeError, ValueError, TypeError) as exc:
         detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise CheckpointError(f"{path}: the weights do not fit the model it describes "
@@ -71,16 +88,22 @@ def stream_text(model: GPT, tokenizer: Any, prompt: str, max_new_tokens: int,
     A byte-level BPE token may end inside a multi-byte character: such tokens wait until
     the character is complete, so no half character is ever printed. Each token is decoded
     once (with the few still waiting), so a long sample costs no more per token than a
-    short one.
+    short one. The prompt and settings are checked at the call, not at the first ``next``,
+    so a caller can refuse them before printing anything.
     """
     ids = tokenizer.encode(prompt)
     if not ids:
-        raise ValueError("generate: the prompt encodes to no tokens; give at least one "
-                         "character (for example a newline)")
+        raise ValueError("the prompt encodes to no tokens; give at least one character "
+                         "(for example a newline)")
     device = model.lm_head.weight.device
     idx = tensor([ids], device=device)  # (1, T)
+    tokens = model.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p)
+    return _decode_as_whole_characters(tokens, tokenizer)
+
+
+def _decode_as_whole_characters(tokens: Iterator[Any], tokenizer: Any) -> Iterator[str]:
     pending: list = []  # tokens whose bytes do not yet end on a whole character
-    for token in model.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p):
+    for token in tokens:
         pending.append(int(token.item()))
         text = tokenizer.decode(pending)
         if text.endswith("\ufffd") and len(pending) < 8:  # a UTF-8 character is <= 4 bytes

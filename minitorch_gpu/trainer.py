@@ -19,6 +19,7 @@ stream, so with the same seed it reproduces the loss curve of an uninterrupted r
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -34,7 +35,8 @@ from typing import Any, Callable, Dict, Optional
 from . import backend as backend_module
 from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
+                         save_checkpoint)
 from .config import Config, config_to_yaml
 from .data import BatchSampler, prepare
 from .machine import matmul_peak_flops, set_num_threads
@@ -73,7 +75,9 @@ def print_now(message: str) -> None:
 
 
 def run_directory(cfg: Config) -> Path:
-    return Path(cfg.checkpoint.dir) / str(cfg.checkpoint.run_name or "run")
+    """``checkpoint.dir/run_name``, with ``~`` expanded (a shell leaves ``--set
+    checkpoint.dir=~/runs`` as it is)."""
+    return Path(cfg.checkpoint.dir).expanduser() / str(cfg.checkpoint.run_name or "run")
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -192,6 +196,9 @@ class Trainer:
                         meta or self._meta())
 
     def _prepare_run_dir(self) -> None:
+        if self.cfg.train.resume and self.overwrite:
+            raise TrainingError("train.resume and --overwrite contradict each other: resume the "
+                                "run or start it over, not both")
         if self.cfg.train.resume:
             if not self.last_path.exists():
                 raise TrainingError(f"train.resume: there is no checkpoint to resume at "
@@ -202,7 +209,11 @@ class Trainer:
                 f"{self.run_dir} already holds a run ({self.last_path.name}); continue it with "
                 f"--resume, start over with --overwrite, or name a new run with "
                 f"--set checkpoint.run_name=NAME")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, no permission, a read-only disk
+            raise TrainingError(f"checkpoint.dir: cannot make the run directory "
+                                f"{self.run_dir}: {exc.strerror or exc}") from None
         for stale in (self.last_path, self.best_path, self.metrics_path):
             if stale.exists():
                 stale.unlink()
@@ -213,16 +224,41 @@ class Trainer:
         except CheckpointError as exc:
             raise TrainingError(f"train.resume: {exc}") from None
         meta = ckpt.meta
+        if not _same_tokenizer(meta.get("tokenizer"), self.tokenizer.to_json()):
+            raise TrainingError(
+                f"train.resume: {self.last_path} was trained with another tokenizer than the "
+                f"data gives now ({self.tokenizer.kind}, vocab {self.tokenizer.vocab_size:,}, "
+                f"from {self.data.directory}): the data or its settings changed since; resume "
+                f"with the data it was trained on, or start a new run")
         saved = meta.get("model_config")
-        if saved != dataclasses.asdict(self.model_config):
-            raise TrainingError(f"train.resume: {self.last_path} holds a model of "
-                                f"{saved}, the config asks for "
-                                f"{dataclasses.asdict(self.model_config)}")
+        saved = saved if isinstance(saved, dict) else {}
+        wanted = dataclasses.asdict(self.model_config)
+        # dropout shapes no weight: a resumed run may change it, as nanoGPT's may
+        differ = [key for key in wanted if key != "dropout" and saved.get(key) != wanted[key]]
+        if differ:
+            held = ", ".join(f"{key} {saved.get(key)!r}" for key in differ)
+            asked = ", ".join(f"{key} {wanted[key]!r}" for key in differ)
+            raise TrainingError(f"train.resume: {self.last_path} holds a model with {held}; "
+                                f"the config asks for {asked}")
         self.model.load_state_dict(ckpt.model)
+        # the optimizer's moments come from the checkpoint, its settings from the config
+        # (load_state_dict brings back the saved betas, eps and weight decay, as PyTorch's
+        # does: a resumed run's --set train.weight_decay would be ignored, and its
+        # config.yaml would say otherwise)
+        settings = [{key: value for key, value in group.items() if key != "params"}
+                    for group in self.optimizer.param_groups]
         self.optimizer.load_state_dict(ckpt.optimizer)
+        for group, setting in zip(self.optimizer.param_groups, settings):
+            group.update(setting)
         self.iter_num = int(meta["iter_num"])
         self.evaluated_at = int(meta.get("evaluated_at", -1))
         self.best_val_loss = float(meta["best_val_loss"])
+        if self.best_path.exists():  # a best.ckpt newer than last.ckpt (always_save: false)
+            try:
+                best = float(read_checkpoint_meta(self.best_path)["best_val_loss"])
+            except (CheckpointError, KeyError, TypeError, ValueError):
+                best = math.inf  # unreadable: the next better evaluation replaces it
+            self.best_val_loss = min(self.best_val_loss, best)
         backend_module.set_rng_state(meta["rng"])
         for name, state in meta["samplers"].items():
             self.samplers[name].load_state_dict(state)
@@ -294,7 +330,7 @@ class Trainer:
         bar = tqdm(total=t.max_iters, initial=self.iter_num, disable=not self.progress,
                    dynamic_ncols=True, file=sys.stderr, unit="it")
         say = bar.write if self.progress else self.log
-        stop = _StopOnInterrupt(say)
+        stop = _StopOnInterrupt()
         started = time.perf_counter()
         last = {"train": None, "val": None}
         status = "finished"
@@ -307,6 +343,9 @@ class Trainer:
                 due = self.iter_num % cfg.eval.interval == 0 or self.iter_num == t.max_iters
                 if due and self.evaluated_at != self.iter_num:
                     losses = self.evaluate()
+                    for split in ("train", "val"):  # weights the last update broke
+                        if not math.isfinite(losses[split]):
+                            self._diverged(losses[split], what=f"{split} loss at evaluation")
                     last = losses
                     self.evaluated_at = self.iter_num
                     note = self._after_eval(losses)
@@ -410,14 +449,21 @@ class Trainer:
                 f"{tokens_per_s:,.0f} tok/s, mfu {100 * mfu:.1f}%")
 
 
+def _same_tokenizer(saved_json: Any, current_json: str) -> bool:
+    """Whether two tokenizers' JSON describe the same tokenizer (as data, not as text)."""
+    try:
+        return json.loads(saved_json) == json.loads(current_json)
+    except (TypeError, ValueError):
+        return False
+
+
 class _StopOnInterrupt:
     """The first Ctrl-C (SIGINT) asks the loop to stop after the current step, so the state
     it saves is whole; a second one raises KeyboardInterrupt as usual. Installed only in
     the main thread (signal handlers can be set nowhere else)."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self) -> None:
         self.requested = False
-        self.say = say
         self.previous = None
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGINT, self._handle)
@@ -427,7 +473,11 @@ class _StopOnInterrupt:
             self.restore()
             raise KeyboardInterrupt
         self.requested = True
-        self.say("Ctrl-C: saving after this step (press again to quit without saving)")
+        # os.write, not print: a handler that prints while the loop is printing makes
+        # Python raise "reentrant call"; a raw write to the file descriptor cannot
+        with contextlib.suppress(OSError, ValueError):
+            os.write(sys.stderr.fileno(),
+                     b"\nCtrl-C: saving after this step (press again to quit without saving)\n")
 
     def restore(self) -> None:
         if self.previous is not None:

@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
-    model, _, meta = load_for_inference(args.checkpoint, args.device)
+    model, _, meta = load_for_inference(args.checkpoint, args.device, keep_padding=True)
     cfg = config_from_dict(meta["config"])
     tokens = prepare(cfg.data, log=lambda _: None).val_tokens()
     T = model.config.block_size

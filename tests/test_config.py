@@ -93,7 +93,8 @@ def test_bad_configs_name_the_key_the_expected_and_the_actual(raw, message):
     ("lr=3e-4", r"expected section.key=value"),
     ("trainn.lr=1", r"unknown config section 'trainn'; did you mean 'train'"),
     ("train.rl=1", r"unknown config key 'train.rl'; did you mean 'train.lr'"),
-    ("train.lr=[1", r"not valid YAML"),
+    ("train.lr=[1", r"not valid YAML \(line 1, column 3: expected ',' or '\]'"),
+    ("train.max_iters=0x_", r"not valid YAML"),  # YAML's int pattern takes it, int() refuses
 ])
 def test_bad_overrides(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -134,3 +135,107 @@ def test_the_shipped_recipes_are_nanogpts():
     assert (gpu.model.n_layer, gpu.model.n_head, gpu.model.n_embd, gpu.model.block_size,
             gpu.train.batch_size, gpu.model.dropout, gpu.train.max_iters, gpu.system.dtype,
             gpu.system.device) == (6, 6, 384, 256, 64, 0.2, 5000, "bf16", "cuda")
+
+
+# --- what a nanoGPT / PyTorch user writes ------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    (".5e-3", 5e-4), (".5e3", 500.0), ("-.5", -0.5), ("+.5e3", 500.0), ("1_000", 1000)])
+def test_numbers_with_a_leading_dot_or_an_unsigned_exponent_are_numbers(text, expected):
+    value = parse_yaml_value(text)
+    assert value == expected and isinstance(value, type(expected))
+
+
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path):
+    """YAML keeps the last of two equal keys silently: a second `lr:` lower in a long
+    section would win unseen."""
+    path = write(tmp_path, "train:\n  lr: 1.0e-3\n  batch_size: 4\n  lr: 3.0e-4\n")
+    with pytest.raises(ConfigError, match=r"line 4, column 3: key 'lr' is given twice "
+                                          r"\(first on line 2\)"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"key 'model' is given twice"):
+        load_config(write(tmp_path, "model:\n  n_layer: 2\nmodel:\n  n_head: 2\n"))
+
+
+@pytest.mark.parametrize("text", ["model: [1,\n", "model:\n  a: 1\n b: 2\n",
+                                  "train:\n  lr: 1e-3\n  lr: 2e-3\n"])
+def test_a_file_that_is_not_yaml_is_one_line_naming_the_place(tmp_path, text):
+    with pytest.raises(ConfigError, match=r"is not valid YAML") as info:
+        load_config(write(tmp_path, text))
+    assert "\n" not in str(info.value)
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00model")
+    with pytest.raises(ConfigError, match=r"binary.yaml' is not valid YAML: .*utf-8"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"train": {"lr": float("inf")}}, r"'train.lr': expected a finite number, got inf"),
+    ({"train": {"weight_decay": float("inf")}}, r"'train.weight_decay': expected a finite"),
+    ({"system": {"seed": -1}}, r"'system.seed': expected an int >= 0, got -1"),
+    ({"train": {"lr": 1e-5, "min_lr": 1e-4}},
+     r"'train.min_lr': expected a number <= train.lr \(1e-05\)"),
+    ({"data": {"source": "tinyshakespeare", "path": ["a.txt", "b.txt"]}},
+     r"'data.path': expected a single path for source tinyshakespeare"),
+    ({"data": {"source": "text_files", "path": {"a": 1}}},
+     r"'data.path': expected a string or a list of strings or null, got dict"),
+    ({"data": {"paths": {"a": 1}}}, r"'data.paths': expected a list of strings, got"),
+])
+def test_more_impossible_values_name_the_key(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(raw)
+
+
+def test_a_warmup_longer_than_a_short_run_names_max_iters_and_needs_a_schedule():
+    """`--set train.max_iters=10` on a config with warmup_iters 50 and lr_decay_iters null:
+    the error says where 10 came from; with decay_lr false there is no schedule to break."""
+    with pytest.raises(ConfigError, match=r"'train.lr_decay_iters': expected an int >= "
+                                          r"train.warmup_iters \(50\), got 10 \(null, so "
+                                          r"train.max_iters\); set train.lr_decay_iters"):
+        config_from_dict({"train": {"max_iters": 10, "warmup_iters": 50}})
+    cfg = config_from_dict({"train": {"max_iters": 10, "warmup_iters": 50, "decay_lr": False,
+                                      "lr": 1e-5}})
+    assert cfg.train.max_iters == 10
+
+
+def test_data_path_takes_the_list_its_comment_promises_and_null_paths_is_none():
+    cfg = config_from_dict({"data": {"source": "text_files", "path": ["a.txt", "b/*.txt"],
+                                     "paths": None}})
+    assert cfg.data.path == ["a.txt", "b/*.txt"] and cfg.data.paths == []
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("checkpoint.run_name=007", "007"), ("checkpoint.run_name=1e3", "1e3"),
+    ("checkpoint.run_name=on", "on"), ("checkpoint.run_name=1.10", "1.10"),
+    ("checkpoint.run_name=null", "run")])
+def test_a_string_override_keeps_the_text_as_typed(tmp_path, override, expected):
+    """YAML reads 007 as 7, 1e3 as 1000.0 and on as true; a run name means the text."""
+    cfg = load_config(write(tmp_path, "model: {n_layer: 2}\n"), [override])
+    assert cfg.checkpoint.run_name == expected
+
+
+def test_an_override_into_a_section_that_is_not_a_mapping_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"run.yaml: config section 'train': expected a "
+                                          r"mapping of keys to values, got int 5"):
+        load_config(write(tmp_path, "train: 5\n"), ["train.lr=1e-3"])
+
+
+@pytest.mark.parametrize("raw, overrides, message", [
+    ({}, ["batch_size=8"], r"override 'batch_size=8': expected section.key=value; did you "
+                           r"mean 'train.batch_size' or 'eval.batch_size'\?"),
+    ({}, ["learning_rate=3e-4"], r"expected section.key=value; did you mean 'train.lr'\?"),
+    ({}, ["train.dropout=0.1"], r"unknown config key 'train.dropout'; did you mean "
+                                r"'model.dropout'\?"),
+    ({}, ["train.gradient_accumulation_steps=4"], r"did you mean 'train.grad_accum_steps'\?"),
+    ({"max_iters": 100}, [], r"unknown config section 'max_iters'; did you mean "
+                             r"'train.max_iters'\?"),
+    ({"train": {"eval_interval": 50}}, [], r"unknown config key 'train.eval_interval'; did "
+                                           r"you mean 'eval.interval'\?"),
+])
+def test_a_key_in_the_wrong_section_or_in_nanogpts_spelling_names_its_home(raw, overrides,
+                                                                          message):
+    """What a nanoGPT user types first: `--set batch_size=8`, `learning_rate`, a flat file."""
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(apply_overrides(raw, overrides))

@@ -101,3 +101,38 @@ def test_a_checkpoint_whose_parts_disagree_is_one_clear_error(tmp_path, change, 
     with pytest.raises(CheckpointError, match=message) as info:
         load_for_inference(tmp_path / "x.ckpt")
     assert "\n" not in str(info.value)
+
+
+def test_a_padded_vocabulary_is_cut_to_the_tokenizers_so_padding_is_never_drawn(tmp_path):
+    """model.pad_vocab_to (nanoGPT's 50304 for GPT-2's 50257): the padding ids have logits
+    but no text. The loaded model scores only the tokenizer's ids, the same logits as the
+    padded model's first rows, so sampling is among real tokens."""
+    tokenizer = CharTokenizer.from_text(TEXT)
+    vocab, padded = tokenizer.vocab_size, -(-tokenizer.vocab_size // 64) * 64 + 64
+    config = nn.GPTConfig(block_size=8, vocab_size=padded, n_layer=1, n_head=2, n_embd=8)
+    mt.manual_seed(0)
+    saved = nn.GPT(config)
+    save_checkpoint(tmp_path / "best.ckpt", saved.state_dict(), None,
+                    {"model_config": {"block_size": 8, "vocab_size": padded, "n_layer": 1,
+                                      "n_head": 2, "n_embd": 8, "dropout": 0.0, "bias": True},
+                     "tokenizer": tokenizer.to_json(), "dtype": "float32"})
+    model, _, meta = load_for_inference(tmp_path)
+    assert model.config.vocab_size == vocab and meta["model_config"]["vocab_size"] == padded
+    idx = mt.tensor([tokenizer.encode("naïve")])
+    with mt.no_grad():
+        np.testing.assert_allclose(model(idx)[0].numpy(),
+                                   saved.eval()(idx)[0].numpy()[..., :vocab], rtol=1e-6)
+    mt.manual_seed(1)  # near-uniform draws: most ids of the padded table are padding
+    text = "".join(stream_text(model, tokenizer, "a", 300, temperature=100.0))
+    assert len(text) == 300
+    exact, _, _ = load_for_inference(tmp_path, keep_padding=True)  # the model as trained
+    assert exact.config.vocab_size == padded
+
+
+def test_the_prompt_is_checked_when_the_stream_is_made_not_at_its_first_token():
+    """So a caller can refuse a prompt before printing any of it."""
+    tokenizer = CharTokenizer.from_text(TEXT)
+    with pytest.raises(ValueError, match="the prompt encodes to no tokens"):
+        stream_text(ScriptedModel([1, 2]), tokenizer, "", 2)
+    with pytest.raises(ValueError, match="'Z'"):
+        stream_text(ScriptedModel([1, 2]), tokenizer, "Zebra", 2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -137,6 +138,8 @@ def test_generate_rejects_a_prompt_outside_the_vocabulary(workdir):
     (["--set", "train.batch_size=0"], "'train.batch_size': expected an int >= 1, got 0"),
     (["--set", "model.block_size=5000"], "fewer than model.block_size + 1"),
     (["--resume"], "no checkpoint to resume"),
+    (["--set", "checkpoint.dir=corpus.txt"], "checkpoint.dir: cannot make the run directory "
+                                             "corpus.txt/tiny: Not a directory"),
     pytest.param(["--device", "cuda:7"], "system.device: device 'cuda:7' is not available",
                  id="a missing GPU"),
 ])
@@ -263,6 +266,26 @@ class _PoisonedTrainer(Trainer):
         return super()._step()
 
 
+def test_resume_keeps_a_best_checkpoint_newer_than_last(workdir):
+    """With checkpoint.always_save false, last.ckpt is written at the first evaluation and
+    then only at the end: a run that dies in between resumes from it, and must still know
+    the best val loss of the newer best.ckpt, or a worse model would replace it."""
+    config = write_config(workdir, iters=8, interval=2)
+    settings = ["checkpoint.always_save=false"]
+    trainer = _PoisonedTrainer(load_config(config, settings), log=quiet, progress=False)
+    trainer.at = 7
+    with pytest.raises(TrainingDiverged):
+        trainer.fit()
+    run_dir = workdir / "ckpts" / "tiny"
+    assert load_checkpoint(run_dir / "last.ckpt").meta["iter_num"] == 2
+    best = load_checkpoint(run_dir / "best.ckpt").meta
+    assert best["iter_num"] == 6
+    Trainer(load_config(config, settings + ["train.resume=true"]), log=quiet,
+            progress=False).fit()
+    at_4 = [r for r in metrics(run_dir) if r["type"] == "eval" and r["iter"] == 4][-1]
+    assert at_4["best_val_loss"] <= best["best_val_loss"]  # not iteration 2's, from last.ckpt
+
+
 def test_a_nan_loss_stops_training_and_leaves_the_last_good_checkpoint(workdir):
     config = write_config(workdir, iters=10, interval=4)
     trainer = _PoisonedTrainer(load_config(config), log=quiet, progress=False)
@@ -327,3 +350,188 @@ def test_bf16_training_says_it_is_not_available_yet(workdir):
     with pytest.raises(TrainingError, match="bf16"):
         Trainer(load_config(write_config(workdir), ["system.dtype=bf16"]), log=quiet,
                 progress=False).fit()
+
+
+# --- what a nanoGPT / PyTorch user runs into ------------------------------------------------
+@pytest.fixture(scope="module")
+def padded_run(tmp_path_factory):
+    """One short run shared by the generate tests below: the lowercase corpus (so no 'T' in
+    its character vocabulary) and a vocabulary padded to 64, as nanoGPT pads GPT-2's to
+    50304. Returns (workdir, run_dir, the training's CompletedProcess)."""
+    workdir = tmp_path_factory.mktemp("padded")
+    (workdir / "corpus.txt").write_text(corpus_text())
+    config = write_config(workdir, iters=4, interval=4)
+    run = cli("train", config, "--set", "model.pad_vocab_to=64", "--progress", "lines",
+              cwd=workdir)
+    assert run.returncode == 0, run.stderr
+    return workdir, workdir / "ckpts" / "tiny", run
+
+
+def test_generate_draws_only_tokens_the_tokenizer_has_from_a_padded_vocabulary(padded_run):
+    """The padding ids (20..63 here) decode to nothing: at a high temperature they were
+    drawn and generation died on 'id 56 is outside the vocabulary'."""
+    workdir, run_dir, _ = padded_run
+    gen = cli("generate", run_dir, "--prompt", "the", "--temperature", "5", "--top-k", "0",
+              "--max-new-tokens", "200", "--seed", "3", cwd=workdir)
+    assert gen.returncode == 0, gen.stderr
+    assert gen.stdout.startswith("the") and len(gen.stdout) == len("the") + 200 + 1
+
+
+def test_the_generate_command_printed_after_training_runs_as_printed(padded_run):
+    """It suggested --prompt 'The ' for any text_files corpus, whose character vocabulary
+    may have no 'T'."""
+    workdir, _, train = padded_run
+    line = next(line for line in train.stdout.splitlines()
+                if line.strip().startswith("minitorch-gpu generate"))
+    args = shlex.split(line)[1:]
+    args[args.index("--max-new-tokens") + 1] = "5"
+    gen = cli(*args, cwd=workdir)
+    assert gen.returncode == 0, gen.stderr
+
+
+def test_generate_into_a_closed_pipe_stops_quietly(padded_run):
+    """`minitorch-gpu generate ... | head -c 10`: no BrokenPipeError traceback, and the exit
+    code a shell gives a tool ended by SIGPIPE."""
+    workdir, run_dir, _ = padded_run
+    env = {**os.environ, "MINITORCH_GPU_CACHE": str(workdir / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "minitorch_gpu", "generate", str(run_dir),
+                             "--max-new-tokens", "100000"], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(proc.stdout.read(10)) == 10
+    proc.stdout.close()  # what head does once it has its bytes
+    code = proc.wait(timeout=60)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert code == 141 and err == "", err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "gpu"], "unknown device 'gpu'"),
+    (["--prompt-file", "latin1.txt"], "--prompt-file 'latin1.txt' is not UTF-8 text (byte "
+                                      "0xe9 at offset 3)"),
+    (["--prompt", "The king"], "character 'T'"),
+    (["--seed", "-1"], "--seed must be >= 0, got -1"),
+])
+def test_bad_generate_input_is_one_line_and_prints_no_text(padded_run, args, message):
+    """A prompt the vocabulary can't encode used to be printed before the error."""
+    workdir, run_dir, _ = padded_run
+    (workdir / "latin1.txt").write_bytes("caf\u00e9".encode("latin-1"))
+    gen = cli("generate", run_dir, *args, cwd=workdir)
+    assert gen.returncode == 2 and gen.stdout == ""
+    lines = gen.stderr.strip().splitlines()
+    assert message in gen.stderr and "Traceback" not in gen.stderr
+    assert len(lines) == 1
+
+
+def test_resume_refuses_data_that_gives_another_tokenizer(workdir):
+    """The corpus changed under the run (same vocabulary size, other characters): the
+    weights would have gone on learning under a reshuffled token table, silently."""
+    config = write_config(workdir, iters=2, interval=2)
+    Trainer(load_config(config), log=quiet, progress=False).fit()
+    corpus = workdir / "corpus.txt"
+    corpus.write_text(corpus.read_text().upper())
+    with pytest.raises(TrainingError, match=r"train.resume: .*last.ckpt was trained with "
+                                            r"another tokenizer than the data gives now"):
+        Trainer(load_config(config, ["train.resume=true", "train.max_iters=4"]), log=quiet,
+                progress=False).fit()
+
+
+def test_resume_may_change_dropout_and_names_only_the_shape_that_differs(workdir):
+    config = write_config(workdir, iters=2, interval=2)
+    Trainer(load_config(config), log=quiet, progress=False).fit()
+    with pytest.raises(TrainingError, match=r"holds a model with n_layer 1; the config asks "
+                                            r"for n_layer 2$"):
+        Trainer(load_config(config, ["train.resume=true", "model.n_layer=2"]), log=quiet,
+                progress=False).fit()
+    resumed = Trainer(load_config(config, ["train.resume=true", "model.dropout=0.1",
+                                           "train.max_iters=4"]), log=quiet,
+                      progress=False).fit()  # nanoGPT lets a resumed run change dropout
+    assert resumed.status == "finished" and resumed.iterations == 4
+
+
+class _BrokenByTheStep(Trainer):
+    """The step that ends at iteration ``at`` leaves a NaN weight (as a huge update with
+    clipping off can): its own loss was finite, the next evaluation's is not."""
+
+    at = 8
+
+    def _step(self) -> float:
+        loss = super()._step()
+        if self.iter_num + 1 == self.at:
+            self.model.transformer.h[0].mlp.c_fc.weight.data[0, 0] = np.nan
+        return loss
+
+
+def test_a_nan_at_evaluation_stops_training_before_any_checkpoint_is_written(workdir):
+    config = write_config(workdir, iters=12, interval=4)
+    with pytest.raises(TrainingDiverged, match=r"the train loss at evaluation became nan at "
+                                               r"iteration 8: .*/last.ckpt, is intact"):
+        _BrokenByTheStep(load_config(config), log=quiet, progress=False).fit()
+    for name in ("last.ckpt", "best.ckpt"):
+        ckpt = load_checkpoint(workdir / "ckpts" / "tiny" / name)
+        assert ckpt.meta["iter_num"] == 4
+        assert all(np.isfinite(v).all() for v in ckpt.model.values())
+
+
+def test_resume_and_overwrite_together_are_refused(workdir):
+    config = write_config(workdir, iters=2, interval=2)
+    Trainer(load_config(config), log=quiet, progress=False).fit()
+    before = (workdir / "ckpts" / "tiny" / "last.ckpt").read_bytes()
+    with pytest.raises(TrainingError, match="train.resume and --overwrite contradict"):
+        Trainer(load_config(config, ["train.resume=true"]), log=quiet, progress=False,
+                overwrite=True).fit()
+    assert (workdir / "ckpts" / "tiny" / "last.ckpt").read_bytes() == before
+
+
+def test_a_checkpoint_dir_under_home_is_expanded(workdir, monkeypatch):
+    """`--set checkpoint.dir=~/runs`: no shell expands a ~ after `=` in an argument."""
+    monkeypatch.setenv("HOME", str(workdir / "home"))
+    monkeypatch.chdir(workdir)
+    result = Trainer(load_config(write_config(workdir, iters=2, interval=2),
+                                 ["checkpoint.dir=~/runs"]), log=quiet, progress=False).fit()
+    assert result.run_dir == workdir / "home" / "runs" / "tiny"
+    assert (result.run_dir / "last.ckpt").is_file() and not (workdir / "~").exists()
+
+
+def test_ctrl_c_before_training_starts_is_one_line_and_exit_code_130(workdir, monkeypatch,
+                                                                     capsys):
+    """Ctrl-C while a corpus is being tokenized (minutes for a big BPE) printed a
+    KeyboardInterrupt traceback."""
+    import minitorch_gpu.data
+    from minitorch_gpu.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minitorch_gpu.data, "prepare", interrupted)
+    assert main(["prepare", str(write_config(workdir))]) == 130
+    assert capsys.readouterr().err == "minitorch-gpu prepare: interrupted\n"
+
+
+def test_a_disk_error_while_training_is_one_line_and_exit_code_1(workdir, monkeypatch,
+                                                                 capsys):
+    """A full disk while a checkpoint is written: the message, not a traceback (the
+    checkpoint writer leaves the previous file whole; see the crash test above)."""
+    from minitorch_gpu.cli import main
+
+    def full_disk(self):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Trainer, "fit", full_disk)
+    assert main(["train", str(write_config(workdir))]) == 1
+    assert capsys.readouterr().err == ("minitorch-gpu train: [Errno 28] No space left on "
+                                       "device; the checkpoints on disk are as they were\n")
+
+
+def test_a_resumed_run_uses_the_configs_optimizer_settings_not_the_checkpoints(workdir):
+    """Optimizer.load_state_dict restores the saved hyperparameters (as PyTorch's does), so
+    `--resume --set train.weight_decay=0.5` trained on with 0.1 while config.yaml said 0.5."""
+    config = write_config(workdir, iters=2, interval=2)
+    Trainer(load_config(config), log=quiet, progress=False).fit()
+    trainer = Trainer(load_config(config, ["train.resume=true", "train.max_iters=4",
+                                           "train.weight_decay=0.5", "train.beta2=0.9",
+                                           "train.eps=1e-6"]), log=quiet, progress=False)
+    trainer.fit()
+    groups = trainer.optimizer.param_groups
+    assert [g["weight_decay"] for g in groups] == [0.5, 0.0]  # decay on 2-D weights only
+    assert all(g["betas"] == (0.9, 0.9) and g["eps"] == 1e-6 for g in groups)
