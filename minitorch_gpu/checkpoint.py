@@ -27,7 +27,6 @@ bytes.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import math
@@ -43,6 +42,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import ml_dtypes
 import numpy as np
 
+from .atomic import atomic_write
 from .backend import backend_of_array
 from .tensor import Tensor
 
@@ -418,9 +418,8 @@ def save_checkpoint(path: PathLike, model_state: Mapping[str, Any],
             raise _write_error(path, exc) from None
         raise NotADirectoryError(errno.ENOTDIR, f"save_checkpoint: can't write {str(path)!r}: "
                                  f"{str(blocker)!r} is a file, not a folder") from None
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(temporary, "wb") as file:
+        with atomic_write(path) as file:
             with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED) as archive:
                 _write_json(archive, "format.json", {"format": FORMAT, "version": VERSION})
                 _write_json(archive, "meta.json", meta_tree)
@@ -431,16 +430,8 @@ def save_checkpoint(path: PathLike, model_state: Mapping[str, Any],
                             {"tree": optimizer_tree, "arrays": optimizer_index})
                 for entry, value in zip(optimizer_index, optimizer_arrays):
                     _write_array(archive, value, entry)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException as exc:  # KeyboardInterrupt too: never leave the temporary file behind
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        if isinstance(exc, OSError):
-            raise _write_error(path, exc) from None
-        raise
-    _fsync_directory(path.parent)
+    except OSError as exc:
+        raise _write_error(path, exc) from None
     return path
 
 
@@ -476,19 +467,6 @@ def _model_plan(model_state: Mapping[str, Any]) -> Tuple[List[dict], List[Tuple[
             to_write.append((entry, value))
         index.append({"key": key, **entry})
     return index, to_write
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (POSIX). Best effort: the file is in place already,
-    and some systems (Windows, some network file systems) can't sync a directory."""
-    if os.name != "posix":
-        return
-    with contextlib.suppress(OSError):
-        descriptor = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -8,18 +8,17 @@ run on hardware that differs from it; a measured one tells what this machine can
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import numpy as np
 
+from .atomic import atomic_write
 from .backend import dtypes, get_backend
 
 __all__ = ["cache_dir", "matmul_peak_flops", "set_num_threads"]
@@ -93,20 +92,14 @@ def _write_cache(path: Path, key: str, peak: float) -> None:
     """Add ``key`` to the cache file, keeping what other processes wrote meanwhile (it is
     read again just before the write, not before the seconds of measuring). Best effort: a
     read-only cache only means measuring again next time."""
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         cached = _read_cache(path)
         cached[key] = peak
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp",
-                                         prefix=".machine.", encoding="utf-8") as file:
-            tmp = file.name
+        with atomic_write(path, "w") as file:  # a failed write leaves no temporary file
             json.dump(cached, file, indent=1)
-        os.replace(tmp, path)
     except OSError:
-        if tmp is not None:  # a full disk or a failed rename: leave no temporary file
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        pass
 
 
 def matmul_peak_flops(device: str = "cpu", dtype: Any = dtypes.float32, *,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from . import backend as backend_module
+from .atomic import atomic_write
 from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
 from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
@@ -81,12 +82,8 @@ def run_directory(cfg: Config) -> Path:
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class Trainer:

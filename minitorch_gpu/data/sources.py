@@ -21,13 +21,13 @@ import json
 import os
 import sys
 import sysconfig
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..config import DataConfig
+from ..machine import cache_dir
 
 __all__ = ["cache_root", "load_text", "source_fingerprint", "text_file_paths",
            "stdlib_file_paths", "TINYSHAKESPEARE_URL", "TINYSHAKESPEARE_SHA256"]
@@ -56,8 +56,7 @@ Log = Callable[[str], None]
 def cache_root(cfg: DataConfig) -> Path:
     """Where downloads and prepared tokens live: ``data.cache_dir``, else
     ``$MINITORCH_GPU_CACHE``, else ``~/.cache/minitorch_gpu``."""
-    chosen = cfg.cache_dir or os.environ.get("MINITORCH_GPU_CACHE") or "~/.cache/minitorch_gpu"
-    return Path(chosen).expanduser()
+    return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else cache_dir()
 
 
 def _hash(obj: Any) -> str:
@@ -199,22 +198,15 @@ def _download_tinyshakespeare(dest: Path, log: Log) -> None:
                            f"{TINYSHAKESPEARE_URL} has sha256 {digest}, expected "
                            f"{TINYSHAKESPEARE_SHA256}; put a good copy at {dest} or set "
                            f"data.path")
-    try:
+    try:  # atomic: an interrupted download never leaves a partial input.txt
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".input.txt.")
+        with atomic_write(dest) as f:
+            f.write(payload)
     except OSError as exc:  # a read-only cache, or a file where its folder should be
         raise RuntimeError(
             f"data source tinyshakespeare: downloaded, but can't save it in {dest.parent} "
             f"({exc.strerror or exc}); set data.cache_dir (or $MINITORCH_GPU_CACHE) to a "
             f"writable folder, or data.path to a local copy") from None
-    try:  # temp + rename: an interrupted download never leaves a partial input.txt
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # --- hf_dataset -------------------------------------------------------------------------------
