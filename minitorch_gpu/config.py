@@ -220,6 +220,14 @@ def _suggest_home(key: str, section: str = "") -> str:
     return f"; did you mean {' or '.join(repr(h) for h in homes)}?" if homes else ""
 
 
+def _unknown_key_hint(key: str, section: str = "") -> str:
+    """What to say after "unknown config key": the key's home in another section or in
+    nanoGPT's spelling, else the nearest key of ``section`` (of the sections without one)."""
+    valid = [f.name for f in dataclasses.fields(SECTIONS[section])] if section \
+        else list(SECTIONS)
+    return _suggest_home(key, section) or _suggest(key, valid, section)
+
+
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Union:
@@ -285,12 +293,11 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
         raise ConfigError(f"config section {name!r}: expected a mapping of keys to values, got "
                           f"{type(values).__name__} {values!r}")
     hints = typing.get_type_hints(cls)
-    valid = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     for key, value in values.items():
         if key not in hints:
             raise ConfigError(f"unknown config key '{name}.{key}'"
-                              f"{_suggest_home(str(key), name) or _suggest(str(key), valid, name)}")
+                              f"{_unknown_key_hint(str(key), name)}")
         kwargs[key] = _coerce(value, hints[key], f"config key '{name}.{key}'")
     return cls(**kwargs)
 
@@ -305,7 +312,7 @@ def config_from_dict(raw: Any) -> Config:
     for key in raw:
         if key not in SECTIONS:  # a flat, nanoGPT-style `batch_size: 12` names its section
             raise ConfigError(f"unknown config section {key!r}"
-                              f"{_suggest_home(str(key)) or _suggest(str(key), list(SECTIONS))}")
+                              f"{_unknown_key_hint(str(key))}")
     cfg = Config(**{name: _build_section(name, cls, raw.get(name))
                     for name, cls in SECTIONS.items()})
     validate(cfg)
@@ -416,7 +423,7 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, 
         valid = [f.name for f in dataclasses.fields(SECTIONS[section])]
         if key not in valid:
             raise ConfigError(f"override {item!r}: unknown config key '{section}.{key}'"
-                              f"{_suggest_home(key, section) or _suggest(key, valid, section)}")
+                              f"{_unknown_key_hint(key, section)}")
         try:
             value = parse_yaml_value(text)
         except (yaml.YAMLError, ValueError) as exc:  # ValueError: "0x_" passes for an int

@@ -129,6 +129,7 @@ class Trainer:
         except (ValueError, RuntimeError, OSError) as exc:  # no corpus, too small, offline
             raise TrainingError(f"data: {exc}") from None
         self.tokenizer = self.data.tokenizer
+        self.tokenizer_json = self.tokenizer.to_json()  # into every checkpoint
         vocab = self.tokenizer.vocab_size
         if cfg.model.vocab_size is not None:
             if cfg.model.vocab_size < vocab:
@@ -155,7 +156,7 @@ class Trainer:
                 raise TrainingError(
                     f"the {split} split has {len(tokens)} tokens, fewer than model.block_size "
                     f"+ 1 = {T + 1}: use a larger corpus or a smaller model.block_size")
-        self.samplers = {"train": BatchSampler(train_tokens, T, t.batch_size, seed, self.device)}
+        self.sampler = BatchSampler(train_tokens, T, t.batch_size, seed, self.device)
         # every evaluation scores the same batches (a fresh sampler of a fixed seed), so
         # successive evaluations differ only by the model, and never move the training stream
         self.eval_samplers = {
@@ -180,9 +181,9 @@ class Trainer:
             "model_config": dataclasses.asdict(self.model_config),
             "dtype": self.cfg.system.dtype,
             "config": self.cfg.to_dict(),
-            "tokenizer": self.tokenizer.to_json(),
+            "tokenizer": self.tokenizer_json,
             "rng": backend_module.get_rng_state(),
-            "samplers": {name: s.state_dict() for name, s in self.samplers.items()},
+            "sampler": self.sampler.state_dict(),
             "data": {"directory": str(self.data.directory),
                      "fingerprint": self.data.meta.get("source_fingerprint")},
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -221,7 +222,7 @@ class Trainer:
         except CheckpointError as exc:
             raise TrainingError(f"train.resume: {exc}") from None
         meta = ckpt.meta
-        if not _same_tokenizer(meta.get("tokenizer"), self.tokenizer.to_json()):
+        if not _same_tokenizer(meta.get("tokenizer"), self.tokenizer_json):
             raise TrainingError(
                 f"train.resume: {self.last_path} was trained with another tokenizer than the "
                 f"data gives now ({self.tokenizer.kind}, vocab {self.tokenizer.vocab_size:,}, "
@@ -257,8 +258,7 @@ class Trainer:
                 best = math.inf  # unreadable: the next better evaluation replaces it
             self.best_val_loss = min(self.best_val_loss, best)
         backend_module.set_rng_state(meta["rng"])
-        for name, state in meta["samplers"].items():
-            self.samplers[name].load_state_dict(state)
+        self.sampler.load_state_dict(meta["sampler"])
         self._drop_metrics_after(self.iter_num)
         self.log(f"resumed {self.last_path} at iteration {self.iter_num} "
                  f"(best val loss {self.best_val_loss:.4f})")
@@ -314,7 +314,7 @@ class Trainer:
         if t.resume:
             self._resume()
         _write_text_atomic(self.run_dir / "config.yaml", config_to_yaml(cfg))
-        _write_text_atomic(self.run_dir / "tokenizer.json", self.tokenizer.to_json())
+        _write_text_atomic(self.run_dir / "tokenizer.json", self.tokenizer_json)
         self.log(f"model: GPT with {self.model.num_params():,} parameters (n_layer "
                  f"{cfg.model.n_layer}, n_head {cfg.model.n_head}, n_embd {cfg.model.n_embd}, "
                  f"block_size {cfg.model.block_size}, vocab {self.model_config.vocab_size}), "
@@ -383,7 +383,7 @@ class Trainer:
         t = self.cfg.train
         total = 0.0
         for _ in range(t.grad_accum_steps):
-            x, y = self.samplers["train"].next_batch()  # (B, T) each
+            x, y = self.sampler.next_batch()  # (B, T) each
             _, loss = self.model(x, y)
             value = loss.item()
             if not math.isfinite(value):
