@@ -17,7 +17,7 @@ import numpy as np
 from .tensor import Tensor
 
 __all__ = ["Function", "backward", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled"]
+           "is_grad_enabled", "set_graph_observer"]
 
 
 # --- grad mode ----------------------------------------------------------------------------
@@ -81,6 +81,25 @@ def unbroadcast(grad: Any, shape: tuple) -> Any:
     return grad.sum(axis=axes).reshape(shape)
 
 
+# --- observing the graph ------------------------------------------------------------------
+_observer: Any = None  # the profiler's, while one runs; None costs one test per node
+
+
+def set_graph_observer(observer: Any) -> Any:
+    """Install ``observer`` (None to remove it) and return the one it replaces.
+
+    This is how a profiler sees the graph without timing code in the ops: every node
+    recorded while it is installed carries ``node.scope = observer.scope`` (the profiler
+    keeps that label at the module running now), and ``backward`` reads
+    ``observer.clock()`` before and after each node and calls
+    ``observer.backward_node(node, start, end)``, then
+    ``observer.backward_pass(start, end)`` for the whole walk.
+    """
+    global _observer
+    previous, _observer = _observer, observer
+    return previous
+
+
 # --- Function -----------------------------------------------------------------------------
 _FREED = object()
 
@@ -116,6 +135,7 @@ class Function:
     _saved: tuple = ()  # what save_for_backward kept; _FREED after backward used it
     versions: Any = ()  # (version box, version) of each saved input, checked in backward
     retained: Any = None  # weak reference to the output when retain_grad() was called
+    scope: Any = None  # the graph observer's label when the node was recorded
 
     # set by apply on the node; documented here for readers
     needs_input_grad: tuple
@@ -160,6 +180,8 @@ class Function:
                 nodes.append(_node_of(arg) if need else None)
             ctx.needs_input_grad = tuple(needs)
             ctx.next_nodes = tuple(nodes)
+            if _observer is not None:
+                ctx.scope = _observer.scope
         else:
             ctx.needs_input_grad = _NO_GRAD_NEEDED[len(args)] if len(args) < 8 \
                 else (False,) * len(args)
@@ -281,14 +303,21 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
             grad = grad.astype(tensor.dtype)
         handed_out.add(id(grad))
 
+    observer = _observer
+    if observer is not None:
+        pass_start = observer.clock()
     root = _node_of(tensor)
     grads = {root: grad}
     for node in _topological_order(root):
         grad = grads.pop(node, None)
         if grad is None:
             continue
+        if observer is not None:
+            start = observer.clock()
         if type(node) is AccumulateGrad:
             _accumulate_into_leaf(node.variable(), grad, handed_out)
+            if observer is not None:
+                observer.backward_node(node, start, observer.clock())
             continue
         node.saved_tensors  # raises if a previous backward freed this part of the graph
         for box, version in node.versions:
@@ -302,6 +331,8 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
                 _accumulate_into_leaf(kept, grad, handed_out)
         input_grads = node.backward(node, grad)
         del grad
+        if observer is not None:
+            observer.backward_node(node, start, observer.clock())
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
         if len(input_grads) != len(node.next_nodes):
@@ -324,6 +355,8 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
             grads[child] = g if previous is None else previous + g
         if not retain_graph:
             node.release()
+    if observer is not None:
+        observer.backward_pass(pass_start, observer.clock())
 
 
 def _accumulate_into_leaf(tensor: Optional[Tensor], grad: Any, handed_out: set) -> None:

@@ -1,8 +1,9 @@
-"""``minitorch-gpu``: train, prepare data, generate text.
+"""``minitorch-gpu``: train, prepare data, generate text, profile the layers.
 
     minitorch-gpu train configs/quickstart.yaml [--set train.lr=3e-4] [--resume]
     minitorch-gpu prepare configs/quickstart.yaml [--force]
     minitorch-gpu generate checkpoints/quickstart --prompt "def " --max-new-tokens 200
+    minitorch-gpu profile configs/shakespeare_char.yaml --set model.vocab_size=65 [--backward]
 
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
 2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving), 141 the
@@ -18,6 +19,7 @@ from typing import List, Optional
 
 # 130 and 141 are what a shell reports for a process ended by SIGINT and SIGPIPE (128 + n)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
+SORT_CHOICES = ("tree", "time", "flops", "name")  # the profiler's; it is imported lazily
 
 
 def _add_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,6 +80,34 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--num-samples", type=int, default=1, help="samples to draw (default 1)")
     gen.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
     gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+
+    prof = sub.add_parser("profile", help="time each layer of a config's model",
+                          description="Time the forward pass (and with --backward the "
+                                      "backward) of the config's GPT layer by layer, with "
+                                      "counted FLOPs and bytes against this machine's "
+                                      "measured roofline.")
+    _add_config_arguments(prof)
+    prof.add_argument("--checkpoint", help="profile this checkpoint's model (a .ckpt or a "
+                                           "run directory) instead of a fresh one")
+    prof.add_argument("--batch-size", type=int, help="sequences per pass (default "
+                                                     "train.batch_size)")
+    prof.add_argument("--seq-len", type=int, help="tokens per sequence (default "
+                                                  "model.block_size)")
+    prof.add_argument("--warmup", type=int, default=2, help="passes run first, untimed "
+                                                            "(default 2)")
+    prof.add_argument("--iters", type=int, default=10, help="passes measured (default 10)")
+    prof.add_argument("--backward", action="store_true",
+                      help="also run and time loss.backward() (training mode)")
+    prof.add_argument("--sort", choices=SORT_CHOICES, default="tree",
+                      help="tree: the module tree with inclusive figures (default); time, "
+                           "flops, name: the rows that add up to the pass, as a flat list")
+    prof.add_argument("--depth", type=int, help="cut the tree at this depth (0 is the "
+                                                "model, 3 a block)")
+    prof.add_argument("--trace", metavar="PATH", help="write a Chrome trace (JSON) for "
+                                                      "ui.perfetto.dev or chrome://tracing")
+    prof.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
+    prof.add_argument("--plot", metavar="PATH", help="draw the roofline with each layer on "
+                                                     "it (PNG; needs matplotlib)")
     return parser
 
 
@@ -215,9 +245,96 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile(args: argparse.Namespace) -> int:
+    import minitorch_gpu as mt
+    from .checkpoint import CheckpointError
+    from .config import ConfigError
+    from .profiler import PLOT_HINT, profile_model
+    try:
+        cfg = _load_config(args)
+        for option in ("batch_size", "seq_len", "depth"):
+            value = getattr(args, option)
+            if value is not None and value < (0 if option == "depth" else 1):
+                raise ValueError(f"--{option.replace('_', '-')} must be >= "
+                                 f"{0 if option == 'depth' else 1}, got {value}")
+        if args.warmup < 0 or args.iters < 1:
+            raise ValueError(f"--warmup must be >= 0 and --iters >= 1, got {args.warmup} "
+                             f"and {args.iters}")
+        if args.plot:
+            try:
+                import matplotlib  # noqa: F401 - before minutes of profiling, not after
+            except ImportError:
+                raise ValueError(PLOT_HINT) from None
+        model = _model_to_profile(cfg, args.checkpoint)
+    except (ConfigError, CheckpointError, ValueError, RuntimeError) as exc:
+        return _error("profile", str(exc).splitlines()[0])
+    block = model.config.block_size
+    B = args.batch_size or cfg.train.batch_size
+    T = args.seq_len or block
+    if T > block:
+        return _error("profile", f"--seq-len {T} is longer than the model's block size "
+                                 f"{block}")
+    mt.manual_seed(cfg.system.seed)
+    device = str(next(model.parameters()).device)
+    idx = mt.randint(0, model.config.vocab_size, (B, T), device=device)
+    targets = mt.randint(0, model.config.vocab_size, (B, T), device=device)
+    mode = "forward and backward, training mode" if args.backward else \
+        "forward, eval mode, no grad"
+    print(f"{model.num_params() / 1e6:.2f}M-parameter GPT ({model.config.n_layer} layers, "
+          f"{model.config.n_head} heads, {model.config.n_embd} wide), batch {B} x {T} "
+          f"tokens on {device}; {mode}; {args.warmup} warm-up + {args.iters} passes",
+          flush=True)
+    prof = profile_model(model, idx, targets, warmup=args.warmup, iters=args.iters,
+                         backward=args.backward)
+    print(prof.table(sort=args.sort, depth=args.depth))
+    try:
+        for path, export in ((args.trace, prof.export_chrome_trace),
+                             (args.csv, prof.export_csv), (args.plot, prof.plot_roofline)):
+            if path:
+                print(f"wrote {export(path)}")
+    except OSError as exc:
+        print(f"minitorch-gpu profile: cannot write {exc.filename}: {exc.strerror}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _model_to_profile(cfg, checkpoint: Optional[str]):
+    """The config's GPT, fresh (seeded) or from ``checkpoint``, on the config's device."""
+    import minitorch_gpu as mt
+    from .backend import get_backend
+    from .machine import set_num_threads
+    from .nn import GPT, GPTConfig
+    set_num_threads(cfg.system.threads)
+    if cfg.system.dtype not in ("float32", "float64"):
+        raise ValueError(f"system.dtype {cfg.system.dtype!r}: bf16 is not available yet; "
+                         f"use float32 (or float64)")
+    device = str(get_backend(cfg.system.device).device)  # an unusable device: RuntimeError
+    if checkpoint is not None:
+        from .inference import load_for_inference
+        model, _, _ = load_for_inference(checkpoint, device, keep_padding=True)
+        return model.to(cfg.system.dtype)
+    m = cfg.model
+    vocab_size = m.vocab_size
+    if vocab_size is None:  # the tokenizer's: the data must be prepared (it is cached)
+        from .data import prepare
+        try:
+            data = prepare(cfg.data, log=lambda line: print(line, file=sys.stderr))
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ValueError(f"data: {str(exc).splitlines()[0]} (the vocabulary size comes "
+                             f"from the data; --set model.vocab_size=N profiles without it)") \
+                from None
+        vocab_size = -(-data.tokenizer.vocab_size // m.pad_vocab_to) * m.pad_vocab_to
+    mt.manual_seed(cfg.system.seed)
+    config = GPTConfig(block_size=m.block_size, vocab_size=vocab_size, n_layer=m.n_layer,
+                       n_head=m.n_head, n_embd=m.n_embd, dropout=m.dropout, bias=m.bias)
+    return GPT(config).to(cfg.system.dtype).to(device)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    command = {"train": _train, "prepare": _prepare, "generate": _generate}[args.command]
+    command = {"train": _train, "prepare": _prepare, "generate": _generate,
+               "profile": _profile}[args.command]
     try:
         return command(args)
     except BrokenPipeError:  # stdout's reader went away (`... | head`): stop, quietly

@@ -1,7 +1,9 @@
 """This machine's measured ceilings, which MFU and the roofline are judged against.
 
 ``matmul_peak_flops(device, dtype)`` times square matrix products and keeps the best rate;
-the figure is cached per machine, device, dtype and thread count in
+``copy_bandwidth(device, dtype)`` times copies of an array far larger than the caches (bytes
+read plus bytes written per second: the memory roof). Each figure is cached per machine,
+device, dtype and thread count in
 ``$MINITORCH_GPU_CACHE/machine.json`` (default ``~/.cache/minitorch_gpu``), so it is
 measured once, not at every run. A peak quoted from a data sheet would flatter or shame a
 run on hardware that differs from it; a measured one tells what this machine can do.
@@ -14,14 +16,14 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
 from .atomic import atomic_write
 from .backend import dtypes, get_backend
 
-__all__ = ["cache_dir", "matmul_peak_flops", "set_num_threads"]
+__all__ = ["cache_dir", "copy_bandwidth", "matmul_peak_flops", "set_num_threads"]
 
 
 def cache_dir() -> Path:
@@ -49,13 +51,14 @@ def _blas_threads() -> int:
     return max(counts) if counts else 1
 
 
-def _machine_key(device: str, dtype: Any) -> str:
+def _machine_key(kind: str, device: str, dtype: Any) -> str:
     cpu = platform.processor() or platform.machine()
     threads = _blas_threads() if device == "cpu" else 0
-    return f"{platform.node()}|{cpu}|{os.cpu_count()}|{device}|{np.dtype(dtype).name}|{threads}"
+    return (f"{kind}|{platform.node()}|{cpu}|{os.cpu_count()}|{device}|"
+            f"{np.dtype(dtype).name}|{threads}")
 
 
-def _measure(device: str, dtype: Any, n: int, repeats: int) -> float:
+def _measure_matmul(device: str, dtype: Any, n: int, repeats: int) -> float:
     backend = get_backend(device)
     xp = backend.xp
     work = dtypes.float32 if dtype == dtypes.bfloat16 and device == "cpu" else dtype
@@ -72,6 +75,23 @@ def _measure(device: str, dtype: Any, n: int, repeats: int) -> float:
         if i >= 2:
             best = min(best, time.perf_counter() - start)
     return 2.0 * n ** 3 / best
+
+
+def _measure_copy(device: str, dtype: Any, nbytes: int, repeats: int) -> float:
+    backend = get_backend(device)
+    xp = backend.xp
+    n = nbytes // np.dtype(dtype).itemsize
+    src = xp.ones(n, dtype=dtype)
+    dst = xp.empty(n, dtype=dtype)
+    best = float("inf")
+    for i in range(repeats + 1):  # one warm-up copy: it also faults dst's pages in
+        backend.synchronize()
+        start = time.perf_counter()
+        xp.copyto(dst, src)
+        backend.synchronize()
+        if i >= 1:
+            best = min(best, time.perf_counter() - start)
+    return 2.0 * n * np.dtype(dtype).itemsize / best  # read once, written once
 
 
 def _read_cache(path: Path) -> Dict[str, float]:
@@ -102,17 +122,35 @@ def _write_cache(path: Path, key: str, peak: float) -> None:
         pass
 
 
-def matmul_peak_flops(device: str = "cpu", dtype: Any = dtypes.float32, *,
-                      refresh: bool = False) -> float:
-    """The best FLOP/s of an (n, n) @ (n, n) product on ``device`` in ``dtype``, measured
-    once per machine and cached. (n is 1024 on the CPU, 8192 on a GPU.)"""
+def _cached(kind: str, device: str, dtype: Any, refresh: bool,
+            measure: Callable[[str], float]) -> float:
     device = str(get_backend(device).device)
-    key = _machine_key(device, dtype)
+    key = _machine_key(kind, device, dtype)
     path = cache_dir() / "machine.json"
     cached = _read_cache(path)
     if not refresh and key in cached:
         return cached[key]
-    n, repeats = (1024, 5) if device == "cpu" else (8192, 10)
-    peak = _measure(device, dtype, n, repeats)
-    _write_cache(path, key, peak)
-    return peak
+    value = measure(device)
+    _write_cache(path, key, value)
+    return value
+
+
+def matmul_peak_flops(device: str = "cpu", dtype: Any = dtypes.float32, *,
+                      refresh: bool = False) -> float:
+    """The best FLOP/s of an (n, n) @ (n, n) product on ``device`` in ``dtype``, measured
+    once per machine and cached. (n is 1024 on the CPU, 8192 on a GPU.)"""
+    def measure(device: str) -> float:
+        n, repeats = (1024, 5) if device == "cpu" else (8192, 10)
+        return _measure_matmul(device, dtype, n, repeats)
+    return _cached("matmul", device, dtype, refresh, measure)
+
+
+def copy_bandwidth(device: str = "cpu", dtype: Any = dtypes.float32, *,
+                   refresh: bool = False) -> float:
+    """The best bytes/s (read + written) of copying one array into another on ``device``,
+    measured once per machine and cached: 256 MiB on the CPU (far past its caches), 2 GiB on
+    a GPU. On the CPU this is one core's rate, as NumPy's elementwise ops run on one."""
+    def measure(device: str) -> float:
+        nbytes, repeats = (256 << 20, 5) if device == "cpu" else (2 << 30, 10)
+        return _measure_copy(device, dtype, nbytes, repeats)
+    return _cached("copy", device, dtype, refresh, measure)

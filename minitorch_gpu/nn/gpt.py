@@ -12,7 +12,6 @@ import numbers
 from dataclasses import dataclass, fields, replace
 from typing import Iterator, Optional, Tuple
 
-from .. import functional as F
 from ..autograd import is_grad_enabled, no_grad
 from ..backend import dtypes
 from ..creation import arange, ones, zeros
@@ -20,7 +19,8 @@ from ..ops import cat
 from ..tensor import Tensor
 from . import init
 from .containers import ModuleDict, ModuleList
-from .layers import GELU, Dropout, Embedding, LayerNorm, Linear
+from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear,
+                     ScaledDotProductAttention)
 from .module import Module
 from .parameter import Parameter
 from .sampling import check_sampling, sample_next_token
@@ -102,14 +102,15 @@ class KVCache:
 
 class CausalSelfAttention(Module):
     """Multi-head self-attention where each position attends to itself and the positions
-    before it. One fused op does softmax(q k^T / sqrt(hs)) v for all heads at once."""
+    before it. One fused op (``core``) does softmax(q k^T / sqrt(hs)) v for all heads at once."""
 
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.c_attn = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # q, k, v
+        self.core = ScaledDotProductAttention(config.dropout)
         self.c_proj = Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = Dropout(config.dropout)
-        self.n_head, self.n_embd, self.dropout = config.n_head, config.n_embd, config.dropout
+        self.n_head, self.n_embd = config.n_head, config.n_embd
         self.layer = layer  # which KVCache slot is ours
 
     def forward(self, x: Tensor, kv_cache: Optional[KVCache] = None) -> Tensor:
@@ -127,9 +128,7 @@ class CausalSelfAttention(Module):
                 causal = False
                 if T > 1:
                     mask = ones(T, start + T, dtype=dtypes.bool_, device=x.device).tril(start)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal,
-            dropout_p=self.dropout if self.training else 0.0)  # (B, nh, T, hs)
+        y = self.core(q, k, v, attn_mask=mask, is_causal=causal)  # (B, nh, T, hs)
         y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again (one copy)
         return self.resid_dropout(self.c_proj(y))
 
@@ -185,6 +184,7 @@ class GPT(Module):
             ln_f=LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
+        self.loss = CrossEntropyLoss(ignore_index=-1)
         # weight tying: one (vocab, n_embd) matrix embeds tokens and scores them
         self.transformer.wte.weight = self.lm_head.weight
         self.apply(self._init_weights)
@@ -242,8 +242,7 @@ class GPT(Module):
             kv_cache.length += T
         if targets is not None:
             logits = self.lm_head(x)  # (B, T, V)
-            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T),
-                                   ignore_index=-1)
+            loss = self.loss(logits.view(B * T, -1), targets.reshape(B * T))
             return logits, loss
         if not all_logits:
             x = x[:, -1:, :]  # (B, 1, C): the only position generation needs

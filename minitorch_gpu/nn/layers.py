@@ -1,5 +1,5 @@
-"""The layers of a GPT: Linear, Embedding, LayerNorm, Dropout, GELU (and ReLU, Tanh,
-Identity, for the small models people build first).
+"""The layers of a GPT: Linear, Embedding, LayerNorm, Dropout, GELU, the attention core and
+the loss (and ReLU, Tanh, Identity, for the small models people build first).
 
 Each owns its parameters and calls one fused op of the core (``minitorch_gpu.functional``);
 none touches the array module itself. Shapes and default initialisations follow PyTorch.
@@ -7,7 +7,7 @@ none touches the array module itself. Shapes and default initialisations follow 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from .. import functional as F
 from ..creation import empty
@@ -151,6 +151,43 @@ class GELU(Module):
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class ScaledDotProductAttention(Module):
+    """softmax(q k^T / sqrt(d)) v with an optional mask and causal masking: the part of
+    attention with no weights, as a module of its own so that hooks (the profiler's) see
+    it as one layer. Dropout on the attention weights applies in training mode only."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"ScaledDotProductAttention: dropout must be in [0, 1], got "
+                             f"{dropout}")
+        self.dropout = float(dropout)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor] = None,
+                is_causal: bool = False) -> Tensor:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0)
+
+    def extra_repr(self) -> str:
+        return f"dropout={self.dropout}"
+
+
+class CrossEntropyLoss(Module):
+    """The mean cross-entropy between logits (N, C) and class ids (N,), as a module (as
+    PyTorch's): ``ignore_index`` targets count for nothing."""
+
+    def __init__(self, ignore_index: int = -100) -> None:
+        super().__init__()
+        self.ignore_index = int(ignore_index)
+
+    def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(logits, targets, ignore_index=self.ignore_index)
+
+    def extra_repr(self) -> str:
+        return f"ignore_index={self.ignore_index}"
 
 
 class ReLU(Module):
