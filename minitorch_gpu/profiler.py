@@ -919,6 +919,7 @@ def profile_model(model: Module, idx: Tensor, targets: Optional[Tensor] = None, 
     from .autograd import enable_grad, no_grad
     prof = Profile(model, backward=backward, roofline=roofline)
     clock = prof.clock
+    was_training = model.training
     model.train(backward)
 
     def run(record: Optional[List[Tuple[float, float]]]) -> None:
@@ -942,6 +943,7 @@ def profile_model(model: Module, idx: Tensor, targets: Optional[Tensor] = None, 
         with prof:
             for _ in range(iters):
                 run(None)
+    model.train(was_training)
     prof.reference_ms = {"forward": _median([f for f, _ in unhooked]) * 1e3}
     if backward:
         prof.reference_ms["backward"] = _median([b for _, b in unhooked]) * 1e3

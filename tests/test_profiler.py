@@ -152,7 +152,7 @@ def test_leaf_rows_sum_to_the_forward_pass():
 
 
 def test_backward_adds_rows_that_cover_the_backward_pass():
-    model = small_gpt()
+    model = small_gpt().eval()
     idx, targets = batch()
     prof = profile_model(model, idx, targets, warmup=1, iters=3, backward=True,
                          roofline=ROOF)
@@ -169,7 +169,7 @@ def test_backward_adds_rows_that_cover_the_backward_pass():
     assert s["backward_leaf_sum_ms"] == pytest.approx(s["backward_ms"], rel=0.1)
     assert s["reference_ms"]["backward"] > 0
     # the profile leaves nothing behind: hooks, the observer, the training mode it set
-    assert autograd._observer is None
+    assert autograd._observer is None and not model.training
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
@@ -392,3 +392,17 @@ def test_cli_profiles_a_checkpoint(tmp_path, cache):
                    cache=cache)
     assert done.returncode == 0, done.stderr
     assert "1 layers, 2 heads, 16 wide), batch 4 x 8 tokens" in done.stdout
+
+
+def test_profile_on_each_device(device):
+    """On a GPU the clock synchronises first, so spans hold their kernels: the matmuls of
+    the blocks must show time, and the rows still add up to the pass."""
+    model = small_gpt().to(device)
+    idx, targets = (t.to(device) for t in batch())
+    prof = profile_model(model, idx, targets, warmup=1, iters=3, backward=True,
+                         roofline=ROOF)
+    rows = forward_rows(prof)
+    assert rows["transformer.h.0.mlp.c_fc"]["time_ms"] > 0
+    s = prof.summary
+    assert s["leaf_sum_ms"] == pytest.approx(s["forward_ms"], rel=0.1)
+    assert any(r["phase"] == "backward" and r["time_ms"] > 0 for r in prof.rows)
