@@ -63,3 +63,18 @@ def is_floating(dtype: np.dtype) -> bool:
 
 def is_integer(dtype: np.dtype) -> bool:
     return dtype.kind in "iu"
+
+
+def float32_to_bfloat16(x: Any, xp: Any = np) -> Any:
+    """``x`` (float32, an array of ``xp``) rounded to bfloat16: to nearest, ties to even, as
+    ml_dtypes and CUDA's ``__float2bfloat16_rn`` round. Written on the bits so that both
+    backends round the same way: bf16 is the top half of a float32, so add just under half
+    of the dropped half (0x7FFF), plus one when the lowest kept bit is odd (a tie then goes
+    up to the even neighbour), and keep the top 16 bits. An overflow carries into the
+    exponent and gives inf, as it should; NaN becomes the quiet NaN 0x7FC0 with its sign.
+    """
+    bits = xp.asarray(x, dtype=xp.float32).view(xp.uint32)  # same itemsize: any strides
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    out = xp.where(nan, ((bits >> 16) & 0x8000) | 0x7FC0, rounded)
+    return out.astype(xp.uint16).view(bfloat16)

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..amp import autocast_dtype
 from ..autograd import unbroadcast  # noqa: F401  (re-exported for the ops)
 from ..backend import dtypes
 from ..tensor import Tensor, _wrap_dim
@@ -131,6 +132,25 @@ def cast_to(x: Any, dtype: np.dtype) -> Any:
         return x
     from .shape import to_dtype  # shape builds on this module
     return to_dtype(x, dtype)
+
+
+def autocast_lower(*tensors: Any) -> tuple:
+    """Inside ``autocast``, the floating Tensors among ``tensors`` cast to its dtype (the
+    inputs of a matrix product); outside, ``tensors`` as given. See ``amp``."""
+    dtype = autocast_dtype()
+    if dtype is None:
+        return tensors
+    return tuple(cast_to(t, dtype) if isinstance(t, Tensor) and dtypes.is_floating(t.dtype)
+                 else t for t in tensors)
+
+
+def autocast_float32(x: Any) -> Any:
+    """Inside ``autocast``, a bf16/fp16 Tensor cast up to float32 (the input of a
+    reduction that must not lose bits: layer norm, softmax, the loss); else ``x``."""
+    if autocast_dtype() is None or not isinstance(x, Tensor) \
+            or x.dtype not in (dtypes.bfloat16, dtypes.float16):
+        return x
+    return cast_to(x, dtypes.float32)
 
 
 def float_input(a: Any, op: str) -> Tensor:

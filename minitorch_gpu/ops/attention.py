@@ -14,7 +14,8 @@ from typing import Optional
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import check_broadcast, require_float, require_tensor, unbroadcast, widened
+from ._util import (autocast_lower, check_broadcast, require_float, require_tensor, unbroadcast,
+                    widened)
 from .softmax import softmax_
 
 
@@ -129,5 +130,6 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
         mask = attn_mask.data
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
+    query, key, value = autocast_lower(query, key, value)
     return ScaledDotProductAttention.apply(query, key, value, mask, bool(is_causal),
                                            float(scale), float(dropout_p))

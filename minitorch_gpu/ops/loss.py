@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import require_float, require_tensor
+from ._util import autocast_float32, require_float, require_tensor
 from .softmax import working_copy
 
 
@@ -72,6 +72,7 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,  # no
     require_tensor(input, "cross_entropy")
     require_tensor(target, "cross_entropy", "target")
     require_float(input, "cross_entropy")
+    input = autocast_float32(input)  # noqa: A001
     if not dtypes.is_integer(target.dtype):
         raise TypeError(f"cross_entropy: target must hold integer class ids, got {target.dtype}")
     if reduction not in ("mean", "sum", "none"):

@@ -9,8 +9,8 @@ from typing import Any, Optional
 
 from ..autograd import Function
 from ..tensor import Tensor
-from ._util import (as_tensor_like, cast_to, check_broadcast, promote_types, require_float,
-                    require_tensor, unbroadcast)
+from ._util import (as_tensor_like, autocast_lower, cast_to, check_broadcast, promote_types,
+                    require_float, require_tensor, unbroadcast, widened)
 
 
 class MatMul(Function):
@@ -84,7 +84,7 @@ def matmul(a: Any, b: Any) -> Tensor:
         raise ValueError(f"matmul: inner dimensions differ: {sa} @ {sb}")
     if a.ndim > 2 or b.ndim > 2:
         check_broadcast("matmul (batch dims)", sa[:-2], sb[:-2])
-    return MatMul.apply(a, b)
+    return MatMul.apply(*autocast_lower(a, b))
 
 
 class Linear(Function):
@@ -114,7 +114,8 @@ class Linear(Function):
         g = grad.reshape(-1, grad.shape[-1])  # (M, out)
         grad_x = xp.matmul(g, weight).reshape(ctx.x_shape) if need_x else None  # (M, in)
         grad_w = xp.matmul(g.T, x.reshape(-1, x.shape[-1])) if need_w else None  # (out, in)
-        grad_b = g.sum(axis=0) if need_b else None  # (out,)
+        # (out,): summed in float32 for bf16 (a long sum in bf16 loses the low bits)
+        grad_b = widened(g).sum(axis=0).astype(g.dtype, copy=False) if need_b else None
         return grad_x, grad_w, grad_b
 
 
@@ -135,6 +136,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         if tuple(bias.shape) != (weight.shape[0],):
             raise ValueError(f"linear: bias has shape {tuple(bias.shape)}, expected "
                              f"({weight.shape[0]},)")
+    x, weight, bias = autocast_lower(x, weight, bias)
     dtype = promote_types(x.dtype, weight.dtype)
     if bias is not None:
         dtype = promote_types(dtype, bias.dtype)

@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Union
 
 from ..autograd import Function
 from ..tensor import Tensor
-from ._util import require_float, require_tensor, widened
+from ._util import autocast_float32, require_float, require_tensor, widened
 
 
 class LayerNorm(Function):
@@ -63,6 +63,7 @@ def layer_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
     """Normalize over the trailing ``normalized_shape`` dims, then scale and shift."""
     require_tensor(x, "layer_norm")
     require_float(x, "layer_norm")
+    x = autocast_float32(x)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
         raise ValueError(f"layer_norm: normalized_shape {shape} does not match the trailing "

@@ -178,6 +178,9 @@ class Cast(Function):
     @staticmethod
     def forward(ctx, a, dtype):
         ctx.in_dtype = a.dtype
+        if dtype == dtypes.bfloat16 and a.dtype == dtypes.float32:
+            # rounded on the bits, so that the CPU and the GPU round alike
+            return dtypes.float32_to_bfloat16(a, ctx.xp)
         return a.astype(dtype)
 
     @staticmethod

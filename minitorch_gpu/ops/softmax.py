@@ -9,7 +9,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..tensor import Tensor, _wrap_dim
-from ._util import require_float, require_tensor, widened
+from ._util import autocast_float32, require_float, require_tensor, widened
 
 def working_copy(x: Any) -> Any:
     """A fresh array of ``x`` in a dtype wide enough for exp/sum (float32 for bf16/fp16)."""
@@ -66,10 +66,12 @@ class LogSoftmax(Function):
 def softmax(a: Tensor, dim: int) -> Tensor:
     require_tensor(a, "softmax")
     require_float(a, "softmax")
+    a = autocast_float32(a)
     return Softmax.apply(a, _wrap_dim(dim, a.ndim, "softmax"))
 
 
 def log_softmax(a: Tensor, dim: int) -> Tensor:
     require_tensor(a, "log_softmax")
     require_float(a, "log_softmax")
+    a = autocast_float32(a)
     return LogSoftmax.apply(a, _wrap_dim(dim, a.ndim, "log_softmax"))

@@ -1,0 +1,65 @@
+"""Mixed precision: which ops run in bf16 and which stay in float32.
+
+    with minitorch_gpu.autocast("bf16"):
+        logits, loss = model(idx, targets)   # the weights stay float32 (the master copy)
+    loss.backward()                          # their gradients arrive in float32
+
+Inside ``autocast`` the matrix products (``matmul``, ``linear``, and the attention core)
+cast their floating inputs to bf16: a bf16 x bf16 product accumulates in float32 (tensor
+cores on a GPU; float32 BLAS on bf16-rounded values on the CPU, which is the same
+arithmetic) and its result is stored in bf16, as are the activations those ops save for
+backward, half the bytes of float32. Layer norm, softmax, log-softmax and cross-entropy
+cast bf16 inputs up and compute in float32: their sums and exponentials are where bf16's
+8-bit mantissa would hurt. Everything else follows the usual type promotion, so the
+residual stream (float32 + bf16 -> float32) stays float32.
+
+The casts are ordinary differentiable ops: backward casts each gradient back to the dtype
+of the tensor it belongs to, so a float32 weight's gradient is accumulated in float32
+whatever precision its product ran in. The rule tables live here; the ops consult
+``autocast_dtype()`` in their checked wrappers, nowhere else.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Optional
+
+import numpy as np
+
+from .backend import dtypes
+
+__all__ = ["autocast", "autocast_dtype", "LOWER_PRECISION_OPS", "FLOAT32_OPS"]
+
+# the ops that run in the autocast dtype, and those that always compute in float32
+LOWER_PRECISION_OPS = ("matmul", "linear", "scaled_dot_product_attention")
+FLOAT32_OPS = ("layer_norm", "softmax", "log_softmax", "cross_entropy")
+
+_SUPPORTED = (dtypes.bfloat16,)
+
+
+class _State:
+    dtype: Optional[np.dtype] = None
+
+
+def autocast_dtype() -> Optional[np.dtype]:
+    """The dtype matrix products run in now, or None outside ``autocast``."""
+    return _State.dtype
+
+
+class autocast(contextlib.ContextDecorator):
+    """Run the matrix products inside in ``dtype`` ("bf16"); ``enabled=False`` turns an
+    enclosing autocast off. A context manager and a decorator; nests."""
+
+    def __init__(self, dtype: Any = "bf16", enabled: bool = True) -> None:
+        target = dtypes.as_dtype(dtype)
+        if target not in _SUPPORTED:
+            raise ValueError(f"autocast: dtype must be bf16 (bfloat16), got {target.name}")
+        self.dtype = target if enabled else None
+        self._previous: list = []
+
+    def __enter__(self) -> "autocast":
+        self._previous.append(_State.dtype)
+        _State.dtype = self.dtype
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _State.dtype = self._previous.pop()
