@@ -128,6 +128,12 @@ class Backend:
         their order (a stable sort, as sort/topk/multinomial need to be repeatable)."""
         raise NotImplementedError
 
+    def fused_kernels(self) -> Any:
+        """The module of fused kernels (``backend/kernels``) that ops call instead of their
+        vectorised code for the inputs it supports, or None: the CPU has none (NumPy's
+        vectorised code is the reference the kernels are checked against)."""
+        return None
+
     # --- random numbers ---------------------------------------------------------------
     rng_kind: str = ""  # the "kind" in this backend's get_rng_state(): "numpy" or "cupy"
 

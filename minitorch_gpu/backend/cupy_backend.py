@@ -12,6 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .base import Backend, Device, Timer
+from . import kernels as fused_kernel_module
 
 INSTALL_HINT = ("install CuPy for your CUDA version: pip install -e '.[cuda12]' or "
                 "pip install -e '.[cuda13]'")
@@ -77,6 +78,9 @@ class CupyBackend(Backend):
     """Arrays on ``cuda:index``. Every call that allocates runs under that device."""
 
     rng_kind = "cupy"
+    # False makes every op run its vectorised CuPy code instead of the fused CUDA kernels
+    # (to compare the two, or to rule the kernels out)
+    use_fused_kernels = True
 
     def __init__(self, index: int, seed: int) -> None:
         self.xp = cupy
@@ -103,6 +107,9 @@ class CupyBackend(Backend):
     def stable_argsort(self, array: Any, axis: int) -> Any:
         with self._cuda_device:  # CuPy's argsort is always stable and accepts no other kind
             return cupy.argsort(array, axis=axis)
+
+    def fused_kernels(self) -> Any:
+        return fused_kernel_module if self.use_fused_kernels else None
 
     def seed(self, seed: int) -> None:
         with self._cuda_device:

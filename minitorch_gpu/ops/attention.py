@@ -3,8 +3,9 @@
 softmax(q k^T * scale + mask) v, with the scores computed in one buffer that is masked,
 soft-maxed and (in training) dropped out in place. Backward uses the saved probabilities:
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),  dQ = dS K s,  dK = dS^T Q s.
-The (L, S) probability matrix is kept per head; a tiled path that never stores it is the
-job of the speed work (flash attention).
+The (L, S) probability matrix is kept per head. On a CUDA backend, float32 attention
+without a mask or dropout goes to the flash-attention kernels (backend/kernels/attention.cu)
+instead, which keep only each query's log-sum-exp and never store the (L, S) matrix.
 """
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ class ScaledDotProductAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, scale, dropout_p):
         xp = ctx.xp
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/attention.cu
+        ctx.kernels = kernels if kernels is not None and kernels.supports_flash_attention(
+            q, k, v, mask, dropout_p) else None
+        if ctx.kernels is not None:  # tiled, online softmax: no (L, S) matrix is stored
+            out, lse = ctx.kernels.flash_attention_forward(q, k, v, causal, scale)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.scale, ctx.causal = scale, causal
+            return out
         scores = xp.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
         scores = widened(scores)  # bf16/fp16 scores: softmax in float32
         scores *= scale
@@ -58,6 +67,11 @@ class ScaledDotProductAttention(Function):
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
+        if ctx.kernels is not None:
+            q, k, v, out, lse = ctx.saved_tensors
+            grad_q, grad_k, grad_v = ctx.kernels.flash_attention_backward(
+                q, k, v, out, grad, lse, ctx.causal, ctx.scale)
+            return grad_q, grad_k, grad_v, None, None, None, None
         q, k, v, probs, keep = ctx.saved_tensors
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         attended = probs

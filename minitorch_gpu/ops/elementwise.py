@@ -231,6 +231,10 @@ class Gelu(Function):
         xp = ctx.xp
         ctx.save_for_backward(a)
         ctx.approximate = approximate
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/gelu.cu
+        ctx.kernels = kernels if kernels is not None and kernels.supports_gelu(a) else None
+        if ctx.kernels is not None:
+            return ctx.kernels.gelu_forward(a, approximate)
         x = widened(a)
         if approximate == "tanh":
             out = xp.multiply(x, x, out=xp.empty_like(x))  # out=: a 0-d result stays an array
@@ -250,6 +254,8 @@ class Gelu(Function):
     def backward(ctx, grad):
         xp = ctx.xp
         (a,) = ctx.saved_tensors
+        if ctx.kernels is not None:
+            return ctx.kernels.gelu_backward(a, grad, ctx.approximate), None
         a = widened(a)
         if ctx.approximate == "tanh":
             # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)

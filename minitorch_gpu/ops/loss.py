@@ -1,7 +1,9 @@
 """Cross-entropy of logits against class indices, one fused Function (log-softmax + NLL).
 
 Forward keeps the softmax probabilities; backward is ``(p - onehot) * scale`` written in
-one pass over them. The full log-probability matrix is never materialised.
+one pass over them. The full log-probability matrix is never materialised. On a CUDA
+backend, float32 logits go to the fused kernel (backend/kernels/cross_entropy.cu), which
+keeps only each row's log-sum-exp and recomputes the probabilities in backward.
 """
 from __future__ import annotations
 
@@ -17,23 +19,32 @@ class CrossEntropy(Function):
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
         xp = ctx.xp
         # logits: (M, C) rows of classes; target: (M,) class ids
-        rows = xp.arange(target.shape[0])
         valid = target != ignore_index
-        safe_target = xp.where(valid, target, 0)
-        z = working_copy(logits)
-        z -= z.max(axis=1, keepdims=True)
-        picked = z[rows, safe_target]  # shifted logit of the target class, (M,)
-        mean_z = z.mean(axis=1) if label_smoothing else None
-        xp.exp(z, out=z)
-        total = z.sum(axis=1)
-        log_total = xp.log(total)
-        nll = log_total - picked
-        if label_smoothing:  # mix in the mean over classes of -log p
-            nll = (1 - label_smoothing) * nll + label_smoothing * (log_total - mean_z)
-        nll = xp.where(valid, nll, 0)
-        z /= total[:, None]  # probabilities, kept for backward
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/cross_entropy.cu
+        ctx.kernels = kernels if kernels is not None and kernels.supports_cross_entropy(
+            logits, target) else None
+        if ctx.kernels is not None:  # saves the logits and each row's log-sum-exp only
+            nll, lse = ctx.kernels.cross_entropy_forward(logits, target, ignore_index,
+                                                         label_smoothing)
+            ctx.save_for_backward(logits, target, lse)
+            ctx.ignore_index = ignore_index
+        else:
+            rows = xp.arange(target.shape[0])
+            safe_target = xp.where(valid, target, 0)
+            z = working_copy(logits)
+            z -= z.max(axis=1, keepdims=True)
+            picked = z[rows, safe_target]  # shifted logit of the target class, (M,)
+            mean_z = z.mean(axis=1) if label_smoothing else None
+            xp.exp(z, out=z)
+            total = z.sum(axis=1)
+            log_total = xp.log(total)
+            nll = log_total - picked
+            if label_smoothing:  # mix in the mean over classes of -log p
+                nll = (1 - label_smoothing) * nll + label_smoothing * (log_total - mean_z)
+            nll = xp.where(valid, nll, 0)
+            z /= total[:, None]  # probabilities, kept for backward
+            ctx.save_for_backward(z, safe_target, valid)
         count = int(valid.sum())
-        ctx.save_for_backward(z, safe_target, valid)
         ctx.reduction, ctx.count, ctx.smoothing = reduction, count, label_smoothing
         ctx.logits_dtype = logits.dtype
         if reduction == "none":
@@ -46,6 +57,13 @@ class CrossEntropy(Function):
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
+        if ctx.kernels is not None:
+            logits, target, lse = ctx.saved_tensors
+            # dL/d(each row's loss); the kernel zeroes ignored rows itself
+            row_grad = grad / max(ctx.count, 1) if ctx.reduction == "mean" else grad
+            grad_logits = ctx.kernels.cross_entropy_backward(
+                logits, target, lse, row_grad, ctx.ignore_index, ctx.smoothing)
+            return grad_logits, None, None, None, None
         probs, target, valid = ctx.saved_tensors
         rows = xp.arange(target.shape[0])
         grad_logits = probs.copy()

@@ -15,6 +15,14 @@ from ._util import autocast_float32, require_float, require_tensor, widened
 class LayerNorm(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, axes, eps):
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/layernorm.cu
+        ctx.kernels = kernels if kernels is not None and kernels.supports_layer_norm(
+            x, weight, bias) else None
+        if ctx.kernels is not None:
+            out, mean, rstd = ctx.kernels.layer_norm_forward(x, weight, bias, eps, len(axes))
+            ctx.save_for_backward(x, mean, rstd, weight)  # mean, rstd: (rows,), no keepdims
+            ctx.axes = axes
+            return out
         work = widened(x)  # bf16/fp16 statistics in float32
         mean = work.mean(axis=axes, keepdims=True)
         centered = work - mean
@@ -36,6 +44,11 @@ class LayerNorm(Function):
         axes = ctx.axes
         batch_axes = tuple(range(x.ndim - len(axes)))
         need_x, need_w, need_b = ctx.needs_input_grad[:3]  # then axes and eps
+        if ctx.kernels is not None:
+            grad_x, grad_w, grad_b = ctx.kernels.layer_norm_backward(grad, x, weight, mean, rstd,
+                                                                     len(axes))
+            return (grad_x if need_x else None, grad_w if need_w else None,
+                    grad_b if need_b else None, None, None)
         # three activation-sized buffers in all (x_hat, g_hat, scratch), reused in place
         x_hat = x - mean
         x_hat *= rstd

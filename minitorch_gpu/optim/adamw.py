@@ -8,7 +8,8 @@ Per parameter, at its step t (counted from 1)::
     param -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 
 ``adamw_update_`` does this on raw arrays as a chain of in-place ops into one scratch
-buffer, so a step allocates nothing; it is the one place a fused kernel would replace.
+buffer, so a step allocates nothing. On a CUDA backend, float32 parameters are updated by
+the fused kernel ``backend/kernels/adamw.cu`` instead (one pass over the arrays).
 """
 from __future__ import annotations
 
@@ -88,11 +89,17 @@ class AdamW(Optimizer):
                                              "exp_avg": self._new_state_tensor(p),
                                              "exp_avg_sq": self._new_state_tensor(p)}
                 state["step"] += 1
-                exp_avg = state["exp_avg"].data
-                adamw_update_(p.backend.xp, p.data, grad, exp_avg, state["exp_avg_sq"].data,
-                              self._scratch_for(p, exp_avg.dtype), lr=float(group["lr"]),
-                              beta1=beta1, beta2=beta2, eps=float(group["eps"]),
-                              weight_decay=float(group["weight_decay"]), step=state["step"])
+                exp_avg, exp_avg_sq = state["exp_avg"].data, state["exp_avg_sq"].data
+                hyper = dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2,
+                             eps=float(group["eps"]),
+                             weight_decay=float(group["weight_decay"]), step=state["step"])
+                kernels = p.backend.fused_kernels()  # CUDA: backend/kernels/adamw.cu
+                if kernels is not None and kernels.supports_adamw(p.data, grad, exp_avg,
+                                                                  exp_avg_sq):
+                    kernels.adamw_update(p.data, grad, exp_avg, exp_avg_sq, **hyper)
+                else:
+                    adamw_update_(p.backend.xp, p.data, grad, exp_avg, exp_avg_sq,
+                                  self._scratch_for(p, exp_avg.dtype), **hyper)
                 p._bump()  # the parameter changed in place: autograd's version counter
         return loss
 

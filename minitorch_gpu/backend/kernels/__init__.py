@@ -1,0 +1,465 @@
+"""Fused CUDA kernels for the GPT's hot path, and the Python functions that launch them.
+
+The CUDA C sources sit beside this file (``layernorm.cu``, ``gelu.cu``,
+``cross_entropy.cu``, ``adamw.cu``, ``attention.cu``); each explains its algorithm and
+which thread does what. They are compiled at first use with ``cupy.RawModule`` (NVRTC),
+once per (device, source, compile-time constants) in this process; CuPy also keeps the
+compiled binaries in its on-disk cache, so a later process only loads them.
+
+Ops reach these functions through ``backend.fused_kernels()``, which is this module on a
+CUDA backend and None on the CPU::
+
+    kernels = ctx.backend.fused_kernels()
+    if kernels is not None and kernels.supports_gelu(x):
+        return kernels.gelu_forward(x, approximate)
+    ... the NumPy-vectorised code, the reference ...
+
+Each ``supports_*`` says exactly which inputs the kernel takes (float32; anything else
+falls back to the vectorised code); the launch functions raise TypeError/ValueError
+naming the argument for anything else. Inputs may have any strides: a non-contiguous
+input is copied once to a contiguous one (arrays updated in place must be contiguous).
+
+CuPy is imported lazily (through ``cupy_backend``, the one place that imports it), so this
+module imports on machines without CuPy: ``source_text`` and the constants work anywhere.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import numpy as np
+
+SOURCE_DIR = Path(__file__).resolve().parent
+SOURCES = ("layernorm.cu", "gelu.cu", "cross_entropy.cu", "adamw.cu", "attention.cu")
+COMPILE_OPTIONS = ("-std=c++17",)  # NVRTC picks the architecture of the current device
+MAX_HEAD_DIM = 128  # attention.cu's shared-memory tiles fit 48 KiB up to this head size
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y: attention puts batch * heads there
+
+# launch shapes; each matches the #define of the same meaning in its .cu file
+LAYERNORM_WARPS_PER_BLOCK = 8
+LAYERNORM_COLUMN_THREADS = 256
+LAYERNORM_ROWS_PER_CHUNK = 64  # rows summed per thread in the dweight/dbias partials
+ELEMENTWISE_THREADS = 256  # gelu.cu and adamw.cu
+CROSS_ENTROPY_THREADS = 256
+ATTENTION_WARPS = 4
+ATTENTION_FORWARD_ROWS = 4  # FWD_ROWS
+
+
+def attention_backward_rows(head_dim: int) -> int:
+    """attention.cu's BWD_ROWS: rows per warp in the backward kernels."""
+    return 2 if head_dim > 64 else 4
+
+
+_FLOAT32 = np.dtype(np.float32)
+_INT64 = np.dtype(np.int64)
+
+
+# --- sources and modules ------------------------------------------------------------------
+def source_text(filename: str) -> str:
+    """The CUDA C text of one of ``SOURCES``."""
+    if filename not in SOURCES:
+        raise ValueError(f"fused kernels: unknown source {filename!r}, expected one of "
+                         f"{list(SOURCES)}")
+    return (SOURCE_DIR / filename).read_text(encoding="utf-8")
+
+
+def _cupy() -> Any:
+    from ..cupy_backend import INSTALL_HINT, cupy
+    if cupy is None:
+        raise RuntimeError(f"fused kernels need CuPy; {INSTALL_HINT}")
+    return cupy
+
+
+@functools.lru_cache(maxsize=None)
+def _module(device_id: int, filename: str, defines: Tuple[Tuple[str, int], ...]) -> Any:
+    """The RawModule of ``filename`` with ``-DNAME=value`` for each of ``defines``, built
+    for device ``device_id`` (compiled on its first ``get_function``)."""
+    cupy = _cupy()
+    options = COMPILE_OPTIONS + tuple(f"-D{name}={value}" for name, value in defines)
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(code=source_text(filename), options=options)
+
+
+def _kernel(like: Any, filename: str, name: str, **defines: int) -> Any:
+    """Kernel ``name`` of ``filename``, for the device ``like`` lives on."""
+    return _module(like.device.id, filename, tuple(sorted(defines.items()))).get_function(name)
+
+
+def _on_device_of_first_array(launcher: Callable) -> Callable:
+    """Run ``launcher`` with the device of its first argument current, so its outputs are
+    allocated and its kernels launched where the inputs live (as CuPy's own ops need).
+    A host array (the argument checks' tests) is passed through unchanged."""
+    @functools.wraps(launcher)
+    def on_device(first: Any, *args: Any, **kwargs: Any) -> Any:
+        if not hasattr(first, "__cuda_array_interface__"):
+            return launcher(first, *args, **kwargs)
+        with _cupy().cuda.Device(first.device.id):
+            return launcher(first, *args, **kwargs)
+    return on_device
+
+
+def _blocks(count: int, per_block: int) -> int:
+    return (count + per_block - 1) // per_block
+
+
+def _elementwise_grid(n: int) -> int:
+    """Blocks for a grid-stride loop over n elements: enough to fill any GPU, no more."""
+    return max(1, min(_blocks(n, ELEMENTWISE_THREADS), 65536))
+
+
+# --- argument checks ----------------------------------------------------------------------
+def _is_float32(*arrays: Any) -> bool:
+    return all(a is not None and a.dtype == _FLOAT32 for a in arrays)
+
+
+def _check_float32(op: str, **arrays: Any) -> None:
+    for name, a in arrays.items():
+        if a.dtype != _FLOAT32:
+            raise TypeError(f"{op}: {name} must be float32, got {a.dtype}")
+
+
+def _check_shape(op: str, name: str, array: Any, expected: tuple) -> None:
+    if tuple(array.shape) != tuple(expected):
+        raise ValueError(f"{op}: {name} has shape {tuple(array.shape)}, expected "
+                         f"{tuple(expected)}")
+
+
+def _contiguous(array: Any) -> Any:
+    return _cupy().ascontiguousarray(array)
+
+
+# --- layer norm ---------------------------------------------------------------------------
+def supports_layer_norm(x: Any, weight: Optional[Any], bias: Optional[Any]) -> bool:
+    """float32 input, weight and bias (either may be None), at least one element."""
+    return (x.size > 0 and _is_float32(x) and (weight is None or _is_float32(weight))
+            and (bias is None or _is_float32(bias)))
+
+
+def _layer_norm_rows(x: Any, normalized_dims: int) -> Tuple[int, int]:
+    if not 1 <= normalized_dims <= x.ndim:
+        raise ValueError(f"layer_norm kernel: normalized_dims must be in [1, {x.ndim}] for an "
+                         f"input of shape {tuple(x.shape)}, got {normalized_dims}")
+    columns = math.prod(x.shape[x.ndim - normalized_dims:])
+    return x.size // columns if columns else 0, columns
+
+
+def _affine(op: str, x: Any, weight: Optional[Any], bias: Optional[Any],
+            normalized_dims: int) -> Tuple[Any, Any]:
+    """weight and bias as flat contiguous (C,) arrays; ones/zeros where not given."""
+    cupy = _cupy()
+    shape = tuple(x.shape[x.ndim - normalized_dims:])
+    columns = math.prod(shape)
+    flat = []
+    for name, p, fill in (("weight", weight, 1.0), ("bias", bias, 0.0)):
+        if p is None:
+            flat.append(cupy.full((columns,), fill, dtype=_FLOAT32))
+        else:
+            _check_float32(op, **{name: p})
+            _check_shape(op, name, p, shape)
+            flat.append(_contiguous(p).reshape(columns))
+    return flat[0], flat[1]
+
+
+@_on_device_of_first_array
+def layer_norm_forward(x: Any, weight: Optional[Any], bias: Optional[Any], eps: float,
+                       normalized_dims: int = 1) -> Tuple[Any, Any, Any]:
+    """Layer norm over the trailing ``normalized_dims`` dims of float32 ``x``.
+
+    Returns ``(y, mean, rstd)``: y of x's shape; mean and 1/std per row, of shape
+    ``x.shape[:-normalized_dims]``, as ``layer_norm_backward`` needs them.
+    """
+    op = "layer_norm_forward"
+    _check_float32(op, x=x)
+    rows, columns = _layer_norm_rows(x, normalized_dims)
+    w, b = _affine(op, x, weight, bias, normalized_dims)
+    cupy = _cupy()
+    x = _contiguous(x)
+    y = cupy.empty_like(x)
+    mean = cupy.empty(x.shape[:x.ndim - normalized_dims], dtype=_FLOAT32)
+    rstd = cupy.empty_like(mean)
+    if rows:
+        kernel = _kernel(x, "layernorm.cu", "layernorm_forward")
+        kernel((_blocks(rows, LAYERNORM_WARPS_PER_BLOCK),), (LAYERNORM_WARPS_PER_BLOCK * 32,),
+               (x, w, b, y, mean, rstd, np.int32(rows), np.int32(columns), np.float32(eps)))
+    return y, mean, rstd
+
+
+@_on_device_of_first_array
+def layer_norm_backward(dy: Any, x: Any, weight: Optional[Any], mean: Any, rstd: Any,
+                        normalized_dims: int = 1) -> Tuple[Any, Any, Any]:
+    """Gradients of ``layer_norm_forward``: ``(dx, dweight, dbias)``, dweight and dbias of
+    the normalized shape (computed even when weight/bias were None)."""
+    op = "layer_norm_backward"
+    _check_float32(op, dy=dy, x=x, mean=mean, rstd=rstd)
+    _check_shape(op, "dy", dy, x.shape)
+    rows, columns = _layer_norm_rows(x, normalized_dims)
+    _check_shape(op, "mean", mean, x.shape[:x.ndim - normalized_dims])
+    _check_shape(op, "rstd", rstd, x.shape[:x.ndim - normalized_dims])
+    w, _ = _affine(op, x, weight, None, normalized_dims)
+    cupy = _cupy()
+    dy, x, mean, rstd = (_contiguous(a) for a in (dy, x, mean, rstd))
+    dx = cupy.empty_like(x)
+    shape = tuple(x.shape[x.ndim - normalized_dims:])
+    if not rows:
+        zeros = cupy.zeros(shape, dtype=_FLOAT32)
+        return dx, zeros, zeros.copy()
+    kernel = _kernel(x, "layernorm.cu", "layernorm_backward_dx")
+    kernel((_blocks(rows, LAYERNORM_WARPS_PER_BLOCK),), (LAYERNORM_WARPS_PER_BLOCK * 32,),
+           (dy, x, w, mean, rstd, dx, np.int32(rows), np.int32(columns)))
+    # dweight/dbias: per-chunk column sums on the GPU, then one sum over the chunks
+    rows_per_chunk = max(LAYERNORM_ROWS_PER_CHUNK, _blocks(rows, 65535))  # grid.y <= 65535
+    chunks = _blocks(rows, rows_per_chunk)
+    dweight_partial = cupy.empty((chunks, columns), dtype=_FLOAT32)
+    dbias_partial = cupy.empty((chunks, columns), dtype=_FLOAT32)
+    kernel = _kernel(x, "layernorm.cu", "layernorm_backward_dweight_dbias")
+    kernel((_blocks(columns, LAYERNORM_COLUMN_THREADS), chunks), (LAYERNORM_COLUMN_THREADS,),
+           (dy, x, mean, rstd, dweight_partial, dbias_partial, np.int32(rows),
+            np.int32(columns), np.int32(rows_per_chunk)))
+    return (dx, dweight_partial.sum(axis=0).reshape(shape),
+            dbias_partial.sum(axis=0).reshape(shape))
+
+
+# --- GELU ---------------------------------------------------------------------------------
+def supports_gelu(x: Any) -> bool:
+    """float32 input with at least one element (either form, tanh or erf)."""
+    return x.size > 0 and _is_float32(x)
+
+
+def _approximate_flag(op: str, approximate: str) -> np.int32:
+    if approximate not in ("tanh", "none"):
+        raise ValueError(f"{op}: approximate must be 'tanh' or 'none', got {approximate!r}")
+    return np.int32(approximate == "tanh")
+
+
+@_on_device_of_first_array
+def gelu_forward(x: Any, approximate: str = "tanh") -> Any:
+    """GELU of float32 ``x``: ``approximate="tanh"`` (GPT-2's) or ``"none"`` (erf)."""
+    op = "gelu_forward"
+    _check_float32(op, x=x)
+    flag = _approximate_flag(op, approximate)
+    x = _contiguous(x)
+    y = _cupy().empty_like(x)
+    if x.size:
+        kernel = _kernel(x, "gelu.cu", "gelu_forward")
+        kernel((_elementwise_grid(x.size),), (ELEMENTWISE_THREADS,),
+               (x, y, np.int64(x.size), flag))
+    return y
+
+
+@_on_device_of_first_array
+def gelu_backward(x: Any, dy: Any, approximate: str = "tanh") -> Any:
+    """``dy * gelu'(x)``, both float32 of one shape."""
+    op = "gelu_backward"
+    _check_float32(op, x=x, dy=dy)
+    _check_shape(op, "dy", dy, x.shape)
+    flag = _approximate_flag(op, approximate)
+    x, dy = _contiguous(x), _contiguous(dy)
+    dx = _cupy().empty_like(x)
+    if x.size:
+        kernel = _kernel(x, "gelu.cu", "gelu_backward")
+        kernel((_elementwise_grid(x.size),), (ELEMENTWISE_THREADS,),
+               (x, dy, dx, np.int64(x.size), flag))
+    return dx
+
+
+# --- softmax + cross-entropy --------------------------------------------------------------
+def supports_cross_entropy(logits: Any, targets: Any) -> bool:
+    """float32 (M, C) logits with M, C >= 1 and C < 2^31, integer (M,) targets."""
+    return (logits.ndim == 2 and logits.size > 0 and logits.shape[1] < 2 ** 31
+            and _is_float32(logits) and targets.ndim == 1 and targets.dtype.kind in "iu")
+
+
+def _check_cross_entropy(op: str, logits: Any, targets: Any) -> Any:
+    _check_float32(op, logits=logits)
+    if logits.ndim != 2:
+        raise ValueError(f"{op}: logits must be (M, C), got shape {tuple(logits.shape)}")
+    if targets.dtype.kind not in "iu":
+        raise TypeError(f"{op}: targets must hold integer class ids, got {targets.dtype}")
+    _check_shape(op, "targets", targets, logits.shape[:1])
+    return _contiguous(targets.astype(_INT64, copy=False))
+
+
+@_on_device_of_first_array
+def cross_entropy_forward(logits: Any, targets: Any, ignore_index: int = -100,
+                          label_smoothing: float = 0.0) -> Tuple[Any, Any]:
+    """Per-row cross-entropy of float32 logits (M, C) against class ids (M,).
+
+    Returns ``(loss, lse)``, both (M,) float32: loss is 0 on rows whose target is
+    ``ignore_index``; lse is each row's log-sum-exp, what ``cross_entropy_backward``
+    needs (the probabilities are never stored). Targets are not range-checked here.
+    """
+    op = "cross_entropy_forward"
+    targets = _check_cross_entropy(op, logits, targets)
+    cupy = _cupy()
+    logits = _contiguous(logits)
+    rows, classes = logits.shape
+    loss = cupy.empty((rows,), dtype=_FLOAT32)
+    lse = cupy.empty((rows,), dtype=_FLOAT32)
+    if logits.size:
+        kernel = _kernel(logits, "cross_entropy.cu", "cross_entropy_forward")
+        kernel((rows,), (CROSS_ENTROPY_THREADS,),
+               (logits, targets, loss, lse, np.int32(classes), np.int64(ignore_index),
+                np.float32(label_smoothing)))
+    return loss, lse
+
+
+@_on_device_of_first_array
+def cross_entropy_backward(logits: Any, targets: Any, lse: Any, dloss: Any,
+                           ignore_index: int = -100, label_smoothing: float = 0.0) -> Any:
+    """dL/dlogits (M, C) float32, given ``lse`` from the forward and ``dloss``, dL/d(each
+    row's loss): an (M,) array or anything that broadcasts to it (a scalar for a mean).
+    Ignored rows get zeros."""
+    op = "cross_entropy_backward"
+    targets = _check_cross_entropy(op, logits, targets)
+    cupy = _cupy()
+    logits = _contiguous(logits)
+    rows, classes = logits.shape
+    _check_float32(op, lse=lse)
+    _check_shape(op, "lse", lse, (rows,))
+    dloss = _contiguous(cupy.broadcast_to(cupy.asarray(dloss, dtype=_FLOAT32), (rows,)))
+    dlogits = cupy.empty_like(logits)
+    if logits.size:
+        kernel = _kernel(logits, "cross_entropy.cu", "cross_entropy_backward")
+        kernel((rows,), (CROSS_ENTROPY_THREADS,),
+               (logits, targets, _contiguous(lse), dloss, dlogits, np.int32(classes),
+                np.int64(ignore_index), np.float32(label_smoothing)))
+    return dlogits
+
+
+# --- AdamW --------------------------------------------------------------------------------
+def supports_adamw(param: Any, grad: Any, exp_avg: Any, exp_avg_sq: Any) -> bool:
+    """float32 parameter, gradient and moments of one shape; the three arrays updated in
+    place (param, exp_avg, exp_avg_sq) C-contiguous."""
+    return (_is_float32(param, grad, exp_avg, exp_avg_sq) and param.size > 0
+            and param.shape == grad.shape == exp_avg.shape == exp_avg_sq.shape
+            and all(a.flags.c_contiguous for a in (param, exp_avg, exp_avg_sq)))
+
+
+@_on_device_of_first_array
+def adamw_update(param: Any, grad: Any, exp_avg: Any, exp_avg_sq: Any, *, lr: float,
+                 beta1: float, beta2: float, eps: float, weight_decay: float,
+                 step: int) -> None:
+    """One AdamW step of one float32 parameter, in place (``param``, ``exp_avg``,
+    ``exp_avg_sq``): the update of ``optim.adamw.adamw_update_`` in one kernel.
+    ``step`` counts this step (1 on the first)."""
+    op = "adamw_update"
+    _check_float32(op, param=param, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
+    for name, a in (("grad", grad), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
+        _check_shape(op, name, a, param.shape)
+    for name, a in (("param", param), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{op}: {name} is updated in place and must be C-contiguous")
+    if step < 1:
+        raise ValueError(f"{op}: step counts from 1, got {step}")
+    if not param.size:
+        return
+    bias_correction1 = 1.0 - beta1 ** step
+    bias_correction2 = 1.0 - beta2 ** step
+    kernel = _kernel(param, "adamw.cu", "adamw_update")
+    kernel((_elementwise_grid(param.size),), (ELEMENTWISE_THREADS,),
+           (param, _contiguous(grad), exp_avg, exp_avg_sq, np.int64(param.size),
+            np.float32(1.0 - lr * weight_decay), np.float32(beta1), np.float32(beta2),
+            np.float32(eps), np.float32(lr / bias_correction1),
+            np.float32(math.sqrt(bias_correction2))))
+
+
+def adamw_step(params: Sequence[Any], grads: Sequence[Any], exp_avgs: Sequence[Any],
+               exp_avg_sqs: Sequence[Any], steps: Sequence[int], **hyperparameters: Any) -> None:
+    """``adamw_update`` over lists of parameters (one launch each), with the same
+    hyperparameters (lr, beta1, beta2, eps, weight_decay) and each its own step count."""
+    lists = (params, grads, exp_avgs, exp_avg_sqs, steps)
+    if len({len(items) for items in lists}) != 1:
+        raise ValueError(f"adamw_step: params, grads, exp_avgs, exp_avg_sqs and steps must "
+                         f"have one length, got {[len(items) for items in lists]}")
+    for param, grad, exp_avg, exp_avg_sq, step in zip(*lists):
+        adamw_update(param, grad, exp_avg, exp_avg_sq, step=step, **hyperparameters)
+
+
+# --- flash attention ----------------------------------------------------------------------
+def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
+                             dropout_p: float) -> bool:
+    """float32 q (..., L, E), k (..., S, E), v (..., S, E) with the same batch dims (no
+    broadcasting), E <= MAX_HEAD_DIM, L, S >= 1, batch * heads <= MAX_GRID_Y, no attn_mask
+    and no dropout. Causal or not."""
+    return (mask is None and dropout_p == 0.0 and _is_float32(q, k, v) and q.ndim >= 2
+            and q.ndim == k.ndim == v.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+            and q.shape[-1] == k.shape[-1] == v.shape[-1] and 1 <= q.shape[-1] <= MAX_HEAD_DIM
+            and k.shape[-2] == v.shape[-2] and q.size > 0 and k.size > 0
+            and q.size // (q.shape[-2] * q.shape[-1]) <= MAX_GRID_Y)
+
+
+def _attention_shapes(op: str, q: Any, k: Any, v: Any) -> Tuple[int, int, int, int]:
+    """(BH, L, S, E) after checking the shapes; raises naming the argument."""
+    _check_float32(op, q=q, k=k, v=v)
+    if q.ndim < 2 or not q.ndim == k.ndim == v.ndim:
+        raise ValueError(f"{op}: q, k, v must be (..., seq, head_dim) with one rank, got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(f"{op}: q, k, v must share their batch dims (no broadcasting), got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    head_dim = q.shape[-1]
+    if not (k.shape[-1] == v.shape[-1] == head_dim and k.shape[-2] == v.shape[-2]):
+        raise ValueError(f"{op}: expected k and v of shape (..., S, {head_dim}), got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"{op}: head_dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
+    L, S = q.shape[-2], k.shape[-2]
+    if L < 1 or S < 1:
+        raise ValueError(f"{op}: needs at least one query and one key, got L={L}, S={S}")
+    bh = q.size // (L * head_dim)
+    if bh > MAX_GRID_Y:
+        raise ValueError(f"{op}: at most {MAX_GRID_Y} (batch * heads) attention problems per "
+                         f"call, got {bh} for q of shape {tuple(q.shape)}")
+    return bh, L, S, head_dim
+
+
+@_on_device_of_first_array
+def flash_attention_forward(q: Any, k: Any, v: Any, causal: bool,
+                            scale: float) -> Tuple[Any, Any]:
+    """softmax(q k^T * scale [causal]) v without storing the (L, S) scores.
+
+    q (..., L, E), k and v (..., S, E), float32. Returns ``(o, lse)``: o (..., L, E)
+    and each query's log-sum-exp of scores lse (..., L), which the backward needs.
+    """
+    op = "flash_attention_forward"
+    bh, L, S, head_dim = _attention_shapes(op, q, k, v)
+    cupy = _cupy()
+    q, k, v = _contiguous(q), _contiguous(k), _contiguous(v)
+    o = cupy.empty_like(q)
+    lse = cupy.empty(q.shape[:-1], dtype=_FLOAT32)
+    rows_per_block = ATTENTION_WARPS * ATTENTION_FORWARD_ROWS
+    kernel = _kernel(q, "attention.cu", "flash_attention_forward", HEAD_DIM=head_dim)
+    kernel((_blocks(L, rows_per_block), bh), (ATTENTION_WARPS * 32,),
+           (q, k, v, o, lse, np.int32(L), np.int32(S), np.float32(scale), np.int32(causal)))
+    return o, lse
+
+
+@_on_device_of_first_array
+def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
+                             causal: bool, scale: float) -> Tuple[Any, Any, Any]:
+    """Gradients ``(dq, dk, dv)`` of ``flash_attention_forward`` given ``do`` = dL/do,
+    recomputing the attention weights from the saved ``lse``."""
+    op = "flash_attention_backward"
+    bh, L, S, head_dim = _attention_shapes(op, q, k, v)
+    _check_float32(op, o=o, do=do, lse=lse)
+    _check_shape(op, "o", o, q.shape)
+    _check_shape(op, "do", do, q.shape)
+    _check_shape(op, "lse", lse, q.shape[:-1])
+    cupy = _cupy()
+    q, k, v, o, do, lse = (_contiguous(a) for a in (q, k, v, o, do, lse))
+    delta = cupy.empty_like(lse)  # D = rowsum(dO * O), (..., L)
+    dq, dk, dv = cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v)
+    threads = (ATTENTION_WARPS * 32,)
+    kernel = _kernel(q, "attention.cu", "flash_attention_backward_preprocess",
+                     HEAD_DIM=head_dim)
+    kernel((_blocks(bh * L, ATTENTION_WARPS),), threads, (o, do, delta, np.int64(bh * L)))
+    rows_per_block = ATTENTION_WARPS * attention_backward_rows(head_dim)
+    sizes = (np.int32(L), np.int32(S), np.float32(scale), np.int32(causal))
+    kernel = _kernel(q, "attention.cu", "flash_attention_backward_dq", HEAD_DIM=head_dim)
+    kernel((_blocks(L, rows_per_block), bh), threads, (q, k, v, do, lse, delta, dq, *sizes))
+    kernel = _kernel(q, "attention.cu", "flash_attention_backward_dkdv", HEAD_DIM=head_dim)
+    kernel((_blocks(S, rows_per_block), bh), threads,
+           (q, k, v, do, lse, delta, dk, dv, *sizes))
+    return dq, dk, dv

@@ -1,0 +1,361 @@
+// Scaled dot-product attention in the flash-attention style, forward and backward, for
+// float32 q (BH, L, HEAD_DIM), k and v (BH, S, HEAD_DIM) (BH = batch * heads), with an
+// optional causal mask (query i sees keys j <= i, top-left aligned as PyTorch's
+// is_causal). No (L, S) score matrix is ever stored in global memory.
+//
+// Forward (online softmax). For each query row, walk the keys tile by tile keeping
+//   m   the running max of the scores s_j = scale * q . k_j seen so far,
+//   l   the running sum of exp(s_j - m),
+//   acc the running sum of exp(s_j - m) * v_j            (HEAD_DIM values).
+// A new tile with scores s: m_new = max(m, max_j s_j), alpha = exp(m - m_new),
+//   p_j = exp(s_j - m_new), l = alpha * l + sum_j p_j, acc = alpha * acc + sum_j p_j v_j.
+// At the end o = acc / l, and lse = m + log(l) (the log-sum-exp of the row) is saved.
+//
+// Backward (recomputation). With P_ij = exp(s_ij - lse_i) rebuilt from the saved lse:
+//   D_i   = rowsum(dO_i * O_i)              (= sum_j P_ij dP_ij; the preprocess kernel)
+//   dP_ij = dO_i . v_j,   dS_ij = P_ij (dP_ij - D_i)
+//   dQ_i  = scale * sum_j dS_ij k_j         (kernel _dq: one block per query tile)
+//   dK_j  = scale * sum_i dS_ij q_i,  dV_j = sum_i P_ij dO_i
+//                                           (kernel _dkdv: one block per key tile)
+// Each gradient is summed by the one block that owns its rows, so there are no atomics
+// and the result is deterministic; the price is computing P twice (once per kernel).
+//
+// HEAD_DIM is a compile-time constant (-DHEAD_DIM=64): the loader builds one module per
+// head size. The loops over a warp's rows and a lane's dims are unrolled, so the
+// accumulators (acc[r][t]) stay in registers rather than local memory. Tiles live in
+// static shared memory, under 48 KiB for HEAD_DIM <= 128.
+// Compiled by NVRTC (cupy.RawModule) at run time: device code only, no includes.
+
+#ifndef HEAD_DIM
+#error "attention.cu: compile with -DHEAD_DIM=<head size>, 1 <= HEAD_DIM <= 128"
+#endif
+static_assert(HEAD_DIM >= 1 && HEAD_DIM <= 128, "attention.cu: HEAD_DIM must be in [1, 128]");
+
+#define WARP 32
+#define WARPS 4                             // warps per block: 128 threads
+#define TILE 32                             // keys per K/V tile (forward, dq), queries per
+                                            // Q tile (dkdv): one per lane of a warp
+#define DIMS_PER_LANE ((HEAD_DIM + WARP - 1) / WARP)  // lane owns dims lane + 32 * t
+#define PADDED (HEAD_DIM | 1)               // odd row stride for tiles where lane j reads
+                                            // row j: the 32 lanes hit 32 different banks
+#define FWD_ROWS 4                          // query rows per warp in the forward
+#define BWD_ROWS (HEAD_DIM > 64 ? 2 : 4)    // query rows (dq) / key rows (dkdv) per warp
+#define FULL_MASK 0xffffffffu
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(FULL_MASK, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2)
+        v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    return v;
+}
+
+// exp(a - b), and 0 when a is -inf (so -inf - -inf never makes a nan).
+__device__ __forceinline__ float exp_diff(float a, float b) {
+    return a == NEG_INF ? 0.0f : expf(a - b);
+}
+
+// Whether query `query` may attend to key `key`.
+__device__ __forceinline__ bool visible(int query, int key, int S, int causal) {
+    return key < S && !(causal && key > query);
+}
+
+// Copy `rows` rows of HEAD_DIM floats starting at row `first` of a (count, HEAD_DIM)
+// array into a shared tile with row stride `stride`; rows past `count` become zeros.
+// All threads of the block take part (coalesced: consecutive threads, consecutive dims).
+__device__ __forceinline__ void load_tile(float* tile, int stride, const float* src,
+                                          int first, int rows, int count) {
+    for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += blockDim.x) {
+        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
+        tile[r * stride + d] =
+            first + r < count ? src[(long long)(first + r) * HEAD_DIM + d] : 0.0f;
+    }
+}
+
+// ---- forward --------------------------------------------------------------------------
+// Parallel decomposition: block (x, bh) owns the BR = WARPS * FWD_ROWS query rows
+// x * BR ... of head bh; warp w owns FWD_ROWS of them, handled one after another. For each
+// K/V tile (TILE keys, loaded by the whole block into shared memory) lane j computes the
+// score of key j; warp_max / warp_sum reduce over the tile's keys; then lane j
+// accumulates output dims j, j + 32, ... (acc in registers), reading each key's p_j from
+// its lane with a shuffle. Causal: the block stops at the tile holding its last row's key.
+// grid: (ceil(L / BR), BH) blocks of WARPS * 32 threads.
+// q, o: (BH, L, HEAD_DIM); k, v: (BH, S, HEAD_DIM); lse: (BH, L) output.
+extern "C" __global__ void __launch_bounds__(WARPS * WARP)
+flash_attention_forward(const float* __restrict__ q, const float* __restrict__ k,
+                        const float* __restrict__ v, float* __restrict__ o,
+                        float* __restrict__ lse, int L, int S, float scale, int causal)
+{
+    constexpr int BR = WARPS * FWD_ROWS;
+    __shared__ float q_s[BR][HEAD_DIM];     // this block's query rows
+    __shared__ float k_s[TILE][PADDED];     // lane j reads row j: padded
+    __shared__ float v_s[TILE][HEAD_DIM];   // lane d reads column d: no padding needed
+
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const long long bh = blockIdx.y;
+    const int q0 = blockIdx.x * BR;
+    const float* q_h = q + bh * L * HEAD_DIM;
+    const float* k_h = k + bh * S * HEAD_DIM;
+    const float* v_h = v + bh * S * HEAD_DIM;
+    load_tile(&q_s[0][0], HEAD_DIM, q_h, q0, BR, L);
+
+    float acc[FWD_ROWS][DIMS_PER_LANE];
+    float m[FWD_ROWS], l[FWD_ROWS];
+    #pragma unroll
+    for (int r = 0; r < FWD_ROWS; ++r) {
+        m[r] = NEG_INF;
+        l[r] = 0.0f;
+        #pragma unroll
+        for (int t = 0; t < DIMS_PER_LANE; ++t) acc[r][t] = 0.0f;
+    }
+
+    const int kv_end = causal ? min(S, q0 + BR) : S;  // keys after the last row: all masked
+    for (int kv0 = 0; kv0 < kv_end; kv0 += TILE) {
+        __syncthreads();  // the previous tile is no longer read (and q_s is written)
+        load_tile(&k_s[0][0], PADDED, k_h, kv0, TILE, S);
+        load_tile(&v_s[0][0], HEAD_DIM, v_h, kv0, TILE, S);
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < FWD_ROWS; ++r) {
+            const int local = warp * FWD_ROWS + r, row = q0 + local;
+            if (row >= L) break;  // the same for every lane: the warp stays converged
+            const int key = kv0 + lane;
+            float s = NEG_INF;
+            if (visible(row, key, S, causal)) {
+                float dot = 0.0f;
+                for (int d = 0; d < HEAD_DIM; ++d) dot += q_s[local][d] * k_s[lane][d];
+                s = dot * scale;
+            }
+            const float m_new = fmaxf(m[r], warp_max(s));
+            const float p = exp_diff(s, m_new);       // this lane's key weight
+            const float alpha = exp_diff(m[r], m_new);  // rescales what came before
+            l[r] = l[r] * alpha + warp_sum(p);
+            #pragma unroll
+            for (int t = 0; t < DIMS_PER_LANE; ++t) acc[r][t] *= alpha;
+            for (int j = 0; j < TILE; ++j) {
+                const float p_j = __shfl_sync(FULL_MASK, p, j);
+                #pragma unroll
+                for (int t = 0; t < DIMS_PER_LANE; ++t) {
+                    const int d = lane + WARP * t;
+                    if (d < HEAD_DIM) acc[r][t] += p_j * v_s[j][d];
+                }
+            }
+            m[r] = m_new;
+        }
+    }
+
+    #pragma unroll
+
+    for (int r = 0; r < FWD_ROWS; ++r) {
+        const int row = q0 + warp * FWD_ROWS + r;
+        if (row >= L) break;
+        float* o_row = o + (bh * L + row) * HEAD_DIM;
+        #pragma unroll
+        for (int t = 0; t < DIMS_PER_LANE; ++t) {
+            const int d = lane + WARP * t;
+            if (d < HEAD_DIM) o_row[d] = acc[r][t] / l[r];
+        }
+        if (lane == 0) lse[bh * L + row] = m[r] + logf(l[r]);
+    }
+}
+
+// ---- backward, step 1: D = rowsum(dO * O) ---------------------------------------------
+// Parallel decomposition: one warp per row (of all BH * L rows), lanes strided over dims.
+// grid: ceil(rows / WARPS) blocks of WARPS * 32 threads.
+// o, dout: (rows, HEAD_DIM); delta: (rows,) output.
+extern "C" __global__ void __launch_bounds__(WARPS * WARP)
+flash_attention_backward_preprocess(const float* __restrict__ o,
+                                    const float* __restrict__ dout,
+                                    float* __restrict__ delta, long long rows)
+{
+    const long long row = (long long)blockIdx.x * WARPS + threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    float sum = 0.0f;
+    for (int d = lane; d < HEAD_DIM; d += WARP)
+        sum += o[row * HEAD_DIM + d] * dout[row * HEAD_DIM + d];
+    sum = warp_sum(sum);
+    if (lane == 0) delta[row] = sum;
+}
+
+// ---- backward, step 2: dQ ---------------------------------------------------------------
+// Parallel decomposition: as the forward. Block (x, bh) owns BR = WARPS * BWD_ROWS query
+// rows, warp w owns BWD_ROWS of them; for each K/V tile lane j recomputes P_ij and dS_ij
+// for key j, then lane d accumulates dQ_i[d] += dS_ij k_j[d] over the tile's keys.
+// grid: (ceil(L / BR), BH) blocks of WARPS * 32 threads.
+// q, dout, dq: (BH, L, HEAD_DIM); k, v: (BH, S, HEAD_DIM); lse, delta: (BH, L).
+extern "C" __global__ void __launch_bounds__(WARPS * WARP)
+flash_attention_backward_dq(const float* __restrict__ q, const float* __restrict__ k,
+                            const float* __restrict__ v, const float* __restrict__ dout,
+                            const float* __restrict__ lse, const float* __restrict__ delta,
+                            float* __restrict__ dq, int L, int S, float scale, int causal)
+{
+    constexpr int BR = WARPS * BWD_ROWS;
+    __shared__ float q_s[BR][HEAD_DIM];
+    __shared__ float do_s[BR][HEAD_DIM];
+    __shared__ float k_s[TILE][PADDED];   // lane j reads row j (dot products): padded
+    __shared__ float v_s[TILE][PADDED];
+
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const long long bh = blockIdx.y;
+    const int q0 = blockIdx.x * BR;
+    const float* k_h = k + bh * S * HEAD_DIM;
+    const float* v_h = v + bh * S * HEAD_DIM;
+    load_tile(&q_s[0][0], HEAD_DIM, q + bh * L * HEAD_DIM, q0, BR, L);
+    load_tile(&do_s[0][0], HEAD_DIM, dout + bh * L * HEAD_DIM, q0, BR, L);
+
+    float acc[BWD_ROWS][DIMS_PER_LANE];
+    float row_lse[BWD_ROWS], row_delta[BWD_ROWS];
+    #pragma unroll
+    for (int r = 0; r < BWD_ROWS; ++r) {
+        const int row = q0 + warp * BWD_ROWS + r;
+        row_lse[r] = row < L ? lse[bh * L + row] : 0.0f;
+        row_delta[r] = row < L ? delta[bh * L + row] : 0.0f;
+        #pragma unroll
+        for (int t = 0; t < DIMS_PER_LANE; ++t) acc[r][t] = 0.0f;
+    }
+
+    const int kv_end = causal ? min(S, q0 + BR) : S;
+    for (int kv0 = 0; kv0 < kv_end; kv0 += TILE) {
+        __syncthreads();
+        load_tile(&k_s[0][0], PADDED, k_h, kv0, TILE, S);
+        load_tile(&v_s[0][0], PADDED, v_h, kv0, TILE, S);
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < BWD_ROWS; ++r) {
+            const int local = warp * BWD_ROWS + r, row = q0 + local;
+            if (row >= L) break;
+            const int key = kv0 + lane;
+            float ds = 0.0f;  // dS for (row, key); 0 where masked
+            if (visible(row, key, S, causal)) {
+                float s = 0.0f, dp = 0.0f;
+                for (int d = 0; d < HEAD_DIM; ++d) {
+                    s += q_s[local][d] * k_s[lane][d];
+                    dp += do_s[local][d] * v_s[lane][d];
+                }
+                const float p = expf(s * scale - row_lse[r]);
+                ds = p * (dp - row_delta[r]);
+            }
+            for (int j = 0; j < TILE; ++j) {
+                const float ds_j = __shfl_sync(FULL_MASK, ds, j);
+                #pragma unroll
+                for (int t = 0; t < DIMS_PER_LANE; ++t) {
+                    const int d = lane + WARP * t;
+                    if (d < HEAD_DIM) acc[r][t] += ds_j * k_s[j][d];
+                }
+            }
+        }
+    }
+
+    #pragma unroll
+
+    for (int r = 0; r < BWD_ROWS; ++r) {
+        const int row = q0 + warp * BWD_ROWS + r;
+        if (row >= L) break;
+        float* dq_row = dq + (bh * L + row) * HEAD_DIM;
+        #pragma unroll
+        for (int t = 0; t < DIMS_PER_LANE; ++t) {
+            const int d = lane + WARP * t;
+            if (d < HEAD_DIM) dq_row[d] = acc[r][t] * scale;
+        }
+    }
+}
+
+// ---- backward, step 3: dK and dV --------------------------------------------------------
+// Parallel decomposition: the transpose of dq's. Block (x, bh) owns BK = WARPS * BWD_ROWS
+// keys, warp w owns BWD_ROWS of them (k and v rows in shared memory, dK and dV
+// accumulators in registers). It walks the queries that can see its keys (causal: from
+// its first key on) in tiles of TILE: lane i recomputes P_ij and dS_ij for query i, then
+// lane d accumulates dV_j[d] += P_ij dO_i[d] and dK_j[d] += dS_ij q_i[d] over the tile.
+// grid: (ceil(S / BK), BH) blocks of WARPS * 32 threads.
+// q, dout: (BH, L, HEAD_DIM); k, v, dk, dv: (BH, S, HEAD_DIM); lse, delta: (BH, L).
+extern "C" __global__ void __launch_bounds__(WARPS * WARP)
+flash_attention_backward_dkdv(const float* __restrict__ q, const float* __restrict__ k,
+                              const float* __restrict__ v, const float* __restrict__ dout,
+                              const float* __restrict__ lse, const float* __restrict__ delta,
+                              float* __restrict__ dk, float* __restrict__ dv,
+                              int L, int S, float scale, int causal)
+{
+    constexpr int BK = WARPS * BWD_ROWS;
+    __shared__ float k_s[BK][HEAD_DIM];
+    __shared__ float v_s[BK][HEAD_DIM];
+    __shared__ float q_s[TILE][PADDED];   // lane i reads row i (dot products): padded
+    __shared__ float do_s[TILE][PADDED];
+    __shared__ float lse_s[TILE], delta_s[TILE];
+
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const long long bh = blockIdx.y;
+    const int k0 = blockIdx.x * BK;
+    const float* q_h = q + bh * L * HEAD_DIM;
+    const float* do_h = dout + bh * L * HEAD_DIM;
+    load_tile(&k_s[0][0], HEAD_DIM, k + bh * S * HEAD_DIM, k0, BK, S);
+    load_tile(&v_s[0][0], HEAD_DIM, v + bh * S * HEAD_DIM, k0, BK, S);
+
+    float dk_acc[BWD_ROWS][DIMS_PER_LANE], dv_acc[BWD_ROWS][DIMS_PER_LANE];
+    #pragma unroll
+    for (int r = 0; r < BWD_ROWS; ++r)
+        #pragma unroll
+        for (int t = 0; t < DIMS_PER_LANE; ++t) dk_acc[r][t] = dv_acc[r][t] = 0.0f;
+
+    const int q_start = causal ? k0 : 0;  // earlier queries see none of these keys
+    for (int q0 = q_start; q0 < L; q0 += TILE) {
+        __syncthreads();
+        load_tile(&q_s[0][0], PADDED, q_h, q0, TILE, L);
+        load_tile(&do_s[0][0], PADDED, do_h, q0, TILE, L);
+        if (threadIdx.x < TILE) {
+            const int row = q0 + threadIdx.x;
+            lse_s[threadIdx.x] = row < L ? lse[bh * L + row] : 0.0f;
+            delta_s[threadIdx.x] = row < L ? delta[bh * L + row] : 0.0f;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int r = 0; r < BWD_ROWS; ++r) {
+            const int local = warp * BWD_ROWS + r, key = k0 + local;
+            if (key >= S) break;
+            const int query = q0 + lane;
+            float p = 0.0f, ds = 0.0f;  // P and dS for (query, key); 0 where masked
+            if (query < L && visible(query, key, S, causal)) {
+                float s = 0.0f, dp = 0.0f;
+                for (int d = 0; d < HEAD_DIM; ++d) {
+                    s += q_s[lane][d] * k_s[local][d];
+                    dp += do_s[lane][d] * v_s[local][d];
+                }
+                p = expf(s * scale - lse_s[lane]);
+                ds = p * (dp - delta_s[lane]);
+            }
+            for (int i = 0; i < TILE; ++i) {
+                const float p_i = __shfl_sync(FULL_MASK, p, i);
+                const float ds_i = __shfl_sync(FULL_MASK, ds, i);
+                #pragma unroll
+                for (int t = 0; t < DIMS_PER_LANE; ++t) {
+                    const int d = lane + WARP * t;
+                    if (d < HEAD_DIM) {
+                        dv_acc[r][t] += p_i * do_s[i][d];
+                        dk_acc[r][t] += ds_i * q_s[i][d];
+                    }
+                }
+            }
+        }
+    }
+
+    #pragma unroll
+
+    for (int r = 0; r < BWD_ROWS; ++r) {
+        const int key = k0 + warp * BWD_ROWS + r;
+        if (key >= S) break;
+        const long long at = (bh * S + key) * HEAD_DIM;
+        #pragma unroll
+        for (int t = 0; t < DIMS_PER_LANE; ++t) {
+            const int d = lane + WARP * t;
+            if (d < HEAD_DIM) {
+                dk[at + d] = dk_acc[r][t] * scale;
+                dv[at + d] = dv_acc[r][t];
+            }
+        }
+    }
+}

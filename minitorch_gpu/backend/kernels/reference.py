@@ -1,0 +1,231 @@
+"""NumPy twins of the tiled algorithms in ``attention.cu`` and ``cross_entropy.cu``.
+
+Each function here follows its kernel block by block and tile by tile: the same tile
+sizes, the same loop bounds (causal early exits included), the same zero-padded tiles
+and masks, the same online-softmax updates and the same reduction trees; where the
+kernel has a lane or a thread, the twin has an array axis. Comments name the kernel's
+variables. They run on any machine, in float32 or float64, and the tests check them
+against the vectorised ops (``ops/attention.py``, ``ops/loss.py``): that proves the
+algorithm the .cu files implement; the GPU tests then check the kernels against the ops.
+
+These are slow (Python loops over tiles) and exist for testing only.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+WARP = 32
+# attention.cu
+WARPS = 4
+TILE = 32
+FWD_ROWS = 4
+# cross_entropy.cu
+CE_THREADS = 256
+CE_WARPS = CE_THREADS // WARP
+
+
+def bwd_rows(head_dim: int) -> int:
+    """attention.cu's BWD_ROWS."""
+    return 2 if head_dim > 64 else 4
+
+
+def exp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """exp(a - b), and 0 where a is -inf (the kernels' exp_diff)."""
+    with np.errstate(invalid="ignore"):  # -inf - -inf, masked by the where
+        return np.where(a == -np.inf, 0, np.exp(a - b)).astype(np.result_type(a, b))
+
+
+def load_tile(src: np.ndarray, first: int, rows: int) -> np.ndarray:
+    """Rows first .. first + rows of src (BH, count, E), zero past the end (load_tile)."""
+    tile = np.zeros((src.shape[0], rows, src.shape[2]), dtype=src.dtype)
+    part = src[:, first:first + rows]
+    tile[:, :part.shape[1]] = part
+    return tile
+
+
+def load_vector(src: np.ndarray, first: int, rows: int) -> np.ndarray:
+    """Entries first .. first + rows of src (BH, count), zero past the end."""
+    out = np.zeros((src.shape[0], rows), dtype=src.dtype)
+    part = src[:, first:first + rows]
+    out[:, :part.shape[1]] = part
+    return out
+
+
+def visible(queries: np.ndarray, keys: np.ndarray, S: int, causal: bool) -> np.ndarray:
+    """Whether each query (column vector) may attend to each key (row vector)."""
+    return (keys < S) & ~(causal & (keys > queries))
+
+
+def _as_heads(x: np.ndarray) -> np.ndarray:
+    return x.reshape(-1, x.shape[-2], x.shape[-1])  # (..., n, E) -> (BH, n, E)
+
+
+# --- attention.cu -------------------------------------------------------------------------
+def flash_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
+                            scale: float) -> Tuple[np.ndarray, np.ndarray]:
+    """Twin of ``flash_attention_forward``: (o (..., L, E), lse (..., L))."""
+    batch = q.shape[:-2]
+    q, k, v = _as_heads(q), _as_heads(k), _as_heads(v)
+    BH, L, E = q.shape
+    S = k.shape[1]
+    dtype = q.dtype
+    o = np.empty_like(q)
+    lse = np.empty((BH, L), dtype=dtype)
+    BR = WARPS * FWD_ROWS
+    for q0 in range(0, L, BR):  # blockIdx.x; every bh at once
+        q_s = load_tile(q, q0, BR)  # (BH, BR, E)
+        rows = np.arange(q0, q0 + BR)[:, None]  # (BR, 1): the row of each (warp, r)
+        m = np.full((BH, BR), -np.inf, dtype=dtype)
+        l = np.zeros((BH, BR), dtype=dtype)
+        acc = np.zeros((BH, BR, E), dtype=dtype)
+        kv_end = min(S, q0 + BR) if causal else S
+        for kv0 in range(0, kv_end, TILE):
+            k_s, v_s = load_tile(k, kv0, TILE), load_tile(v, kv0, TILE)  # (BH, TILE, E)
+            keys = np.arange(kv0, kv0 + TILE)[None, :]  # (1, TILE): key = kv0 + lane
+            s = np.where(visible(rows, keys, S, causal),
+                         (q_s @ np.swapaxes(k_s, 1, 2)) * dtype.type(scale), -np.inf)
+            m_new = np.maximum(m, s.max(axis=-1))  # warp_max
+            p = exp_diff(s, m_new[..., None])  # each lane's key weight
+            alpha = exp_diff(m, m_new)
+            l = l * alpha + p.sum(axis=-1)  # warp_sum
+            acc = acc * alpha[..., None] + p @ v_s  # the shuffled p_j times v_s[j]
+            m = m_new
+        n = min(BR, L - q0)  # rows past L are not written
+        o[:, q0:q0 + n] = acc[:, :n] / l[:, :n, None]
+        lse[:, q0:q0 + n] = m[:, :n] + np.log(l[:, :n])
+    return o.reshape(*batch, L, E), lse.reshape(*batch, L)
+
+
+def flash_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray,
+                             do: np.ndarray, lse: np.ndarray, causal: bool,
+                             scale: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Twin of the three backward kernels: (dq, dk, dv)."""
+    q_shape, k_shape = q.shape, k.shape
+    q, k, v, o, do = (_as_heads(a) for a in (q, k, v, o, do))
+    BH, L, E = q.shape
+    S = k.shape[1]
+    dtype = q.dtype
+    lse = lse.reshape(BH, L)
+    scale = dtype.type(scale)
+    delta = (do * o).sum(axis=-1)  # flash_attention_backward_preprocess: D, (BH, L)
+    rows_per_warp = bwd_rows(E)
+
+    # flash_attention_backward_dq: blocks of query rows, walking K/V tiles
+    dq = np.empty_like(q)
+    BR = WARPS * rows_per_warp
+    for q0 in range(0, L, BR):
+        q_s, do_s = load_tile(q, q0, BR), load_tile(do, q0, BR)
+        row_lse, row_delta = load_vector(lse, q0, BR), load_vector(delta, q0, BR)
+        rows = np.arange(q0, q0 + BR)[:, None]
+        acc = np.zeros((BH, BR, E), dtype=dtype)
+        kv_end = min(S, q0 + BR) if causal else S
+        for kv0 in range(0, kv_end, TILE):
+            k_s, v_s = load_tile(k, kv0, TILE), load_tile(v, kv0, TILE)
+            keys = np.arange(kv0, kv0 + TILE)[None, :]
+            s = q_s @ np.swapaxes(k_s, 1, 2)  # (BH, BR, TILE): lane j, key j
+            dp = do_s @ np.swapaxes(v_s, 1, 2)
+            p = np.exp(s * scale - row_lse[..., None])
+            ds = np.where(visible(rows, keys, S, causal), p * (dp - row_delta[..., None]), 0)
+            acc += ds @ k_s  # the shuffled ds_j times k_s[j]
+        n = min(BR, L - q0)
+        dq[:, q0:q0 + n] = acc[:, :n] * scale
+
+    # flash_attention_backward_dkdv: blocks of keys, walking Q tiles
+    dk, dv = np.empty_like(k), np.empty_like(v)
+    BK = WARPS * rows_per_warp
+    for k0 in range(0, S, BK):
+        k_s, v_s = load_tile(k, k0, BK), load_tile(v, k0, BK)  # (BH, BK, E)
+        keys = np.arange(k0, k0 + BK)[:, None]  # (BK, 1): the key of each (warp, r)
+        dk_acc = np.zeros((BH, BK, E), dtype=dtype)
+        dv_acc = np.zeros((BH, BK, E), dtype=dtype)
+        for q0 in range(k0 if causal else 0, L, TILE):
+            q_s, do_s = load_tile(q, q0, TILE), load_tile(do, q0, TILE)
+            lse_s, delta_s = load_vector(lse, q0, TILE), load_vector(delta, q0, TILE)
+            queries = np.arange(q0, q0 + TILE)[None, :]  # (1, TILE): query = q0 + lane
+            mask = (queries < L) & visible(queries, keys, S, causal)
+            s = k_s @ np.swapaxes(q_s, 1, 2)  # (BH, BK, TILE)
+            dp = v_s @ np.swapaxes(do_s, 1, 2)
+            p = np.where(mask, np.exp(s * scale - lse_s[:, None, :]), 0)
+            ds = np.where(mask, p * (dp - delta_s[:, None, :]), 0)
+            dv_acc += p @ do_s  # the shuffled p_i times do_s[i]
+            dk_acc += ds @ q_s
+        n = min(BK, S - k0)  # keys past S are not written
+        dk[:, k0:k0 + n] = dk_acc[:, :n] * scale
+        dv[:, k0:k0 + n] = dv_acc[:, :n]
+    return dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(k_shape)
+
+
+# --- cross_entropy.cu ---------------------------------------------------------------------
+def _merge(m: np.ndarray, s: np.ndarray, other_m: np.ndarray,
+           other_s: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The kernel's merge of two (max, sum of exp(z - max)) pairs."""
+    merged = np.maximum(m, other_m)
+    return merged, s * exp_diff(m, merged) + other_s * exp_diff(other_m, merged)
+
+
+def _shuffle_down_tree(m: np.ndarray, s: np.ndarray,
+                       z: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Offsets 16, 8, 4, 2, 1 of __shfl_down_sync over the last axis (32 lanes): lane i
+    merges lane i + offset. Only lanes < offset feed lane 0, so only they are kept."""
+    for offset in (16, 8, 4, 2, 1):
+        lo, hi = slice(0, offset), slice(offset, 2 * offset)
+        merged_m, merged_s = _merge(m[..., lo], s[..., lo], m[..., hi], s[..., hi])
+        z = z[..., lo] + z[..., hi]
+        m, s = merged_m, merged_s
+    return m[..., 0], s[..., 0], z[..., 0]
+
+
+def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, ignore_index: int = -100,
+                          label_smoothing: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
+    """Twin of ``cross_entropy_forward``: (loss (M,), lse (M,)), one row per block."""
+    M, C = logits.shape
+    dtype = logits.dtype
+    steps = -(-C // CE_THREADS)
+    padded = np.full((M, steps * CE_THREADS), -np.inf, dtype=dtype)
+    padded[:, :C] = logits
+    padded = padded.reshape(M, steps, CE_THREADS)  # column c = step * CE_THREADS + t
+    m = np.full((M, CE_THREADS), -np.inf, dtype=dtype)  # thread t's online max
+    s = np.zeros((M, CE_THREADS), dtype=dtype)  # and sum of exp(z - m)
+    z_sum = np.zeros((M, CE_THREADS), dtype=dtype)
+    for step in range(steps):  # each thread's loop over its columns
+        in_row = step * CE_THREADS + np.arange(CE_THREADS) < C
+        z = padded[:, step]
+        new_m, new_s = _merge(m, s, z, np.ones_like(z))
+        m, s = np.where(in_row, new_m, m), np.where(in_row, new_s, s)
+        z_sum = z_sum + np.where(in_row, z, 0)
+    # per warp: the shuffle-down tree; lane 0 of warp w holds the warp's pair
+    warp_m, warp_s, warp_z = _shuffle_down_tree(*(a.reshape(M, CE_WARPS, WARP)
+                                                  for a in (m, s, z_sum)))
+    # warp 0: lanes < CE_WARPS take the warps' pairs, the others the identity
+    m = np.full((M, WARP), -np.inf, dtype=dtype)
+    s = np.zeros((M, WARP), dtype=dtype)
+    z_sum = np.zeros((M, WARP), dtype=dtype)
+    m[:, :CE_WARPS], s[:, :CE_WARPS], z_sum[:, :CE_WARPS] = warp_m, warp_s, warp_z
+    m, s, z_sum = _shuffle_down_tree(m, s, z_sum)
+    lse = m + np.log(s)
+    valid = targets != ignore_index
+    picked = logits[np.arange(M), np.where(valid, targets, 0)]
+    ls = dtype.type(label_smoothing)
+    loss = (1 - ls) * (lse - picked)
+    if label_smoothing != 0.0:
+        loss = loss + ls * (lse - z_sum / dtype.type(C))
+    return np.where(valid, loss, 0).astype(dtype), lse
+
+
+def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, lse: np.ndarray,
+                           dloss: np.ndarray, ignore_index: int = -100,
+                           label_smoothing: float = 0.0) -> np.ndarray:
+    """Twin of ``cross_entropy_backward``: dL/dlogits (M, C)."""
+    M, C = logits.shape
+    dtype = logits.dtype
+    dloss = np.broadcast_to(np.asarray(dloss, dtype=dtype), (M,))
+    ls = dtype.type(label_smoothing)
+    g = np.exp(logits - lse[:, None]) - ls / dtype.type(C)  # softmax - smoothing
+    valid = targets != ignore_index
+    rows = np.flatnonzero(valid)
+    g[rows, targets[rows]] -= 1 - ls  # - one-hot
+    g *= dloss[:, None]
+    g[~valid] = 0  # an ignored position gets no gradient
+    return g

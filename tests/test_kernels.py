@@ -1,0 +1,575 @@
+"""The fused CUDA kernels (minitorch_gpu/backend/kernels), in three parts:
+
+1. Every .cu source compiles with nvcc for sm_80 and sm_90 (skipped without nvcc), is
+   written for NVRTC (no includes, no host-only macros), and agrees with its Python
+   loader on kernel names and launch shapes.
+2. The NumPy twins of the tiled algorithms (``kernels/reference.py``: flash attention
+   forward and backward, the fused softmax + cross-entropy) against the vectorised ops,
+   in float64 to 1e-10 and float32 to 1e-5. This runs anywhere and is what shows the
+   algorithm the .cu files implement is right.
+3. On a GPU (marked ``cuda``, skipped elsewhere): each kernel, reached through the op
+   that dispatches to it, against the NumPy ops on the CPU, forward and backward, on
+   odd sizes (sequence lengths off the tile, vocabularies off the block, head dims 32,
+   64, 128 and odd ones), ignored targets, and AdamW against the NumPy update.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_gpu as mt
+import minitorch_gpu.functional as F
+from minitorch_gpu.backend import kernels
+from minitorch_gpu.backend.kernels import reference
+
+NVCC = shutil.which("nvcc")
+ARCHS = ("80", "90")
+ATTENTION_HEAD_DIMS = (32, 64, 128, 17)  # 17: a head dim that is not a multiple of a warp
+
+
+def source(name: str) -> str:
+    return kernels.source_text(name)
+
+
+# --- 1. sources -----------------------------------------------------------------------------
+def compile_jobs() -> list:
+    """(source, extra nvcc options) for every build the loader can ask for."""
+    jobs = [(name, ()) for name in kernels.SOURCES if name != "attention.cu"]
+    jobs += [("attention.cu", (f"-DHEAD_DIM={d}",)) for d in ATTENTION_HEAD_DIMS]
+    return jobs
+
+
+def job_id(job: tuple) -> str:
+    name, options = job
+    return name + "".join(o.replace("-D", "-") for o in options)
+
+
+@pytest.fixture(scope="module")
+def nvcc_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every compile of compile_jobs(), run in parallel once: job id -> CompletedProcess.
+    One nvcc call builds both architectures (a fatbin of sm_80 and sm_90 cubins)."""
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    out_dir = tmp_path_factory.mktemp("cubins")
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in ARCHS]
+
+    def build(job: tuple) -> subprocess.CompletedProcess:
+        name, options = job
+        command = [NVCC, "-std=c++17", "-fatbin", *gencode, "-Werror", "all-warnings",
+                   *options, "-o", str(out_dir / f"{job_id(job)}.fatbin"),
+                   str(kernels.SOURCE_DIR / name)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    jobs = compile_jobs()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return dict(zip(map(job_id, jobs), pool.map(build, jobs)))
+
+
+@pytest.mark.parametrize("job", compile_jobs(), ids=job_id)
+def test_source_compiles_for_sm80_and_sm90(nvcc_results: dict, job: tuple) -> None:
+    result = nvcc_results[job_id(job)]
+    assert result.returncode == 0, f"nvcc failed on {job_id(job)}:\n{result.stderr}"
+
+
+def test_attention_source_refuses_a_missing_or_too_large_head_dim(tmp_path: Path) -> None:
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    for options in ((), ("-DHEAD_DIM=129",)):
+        result = subprocess.run(
+            [NVCC, "-std=c++17", "--cubin", "-arch=sm_80", *options, "-o",
+             str(tmp_path / "a.cubin"), str(kernels.SOURCE_DIR / "attention.cu")],
+            capture_output=True, text=True, timeout=300)
+        assert result.returncode != 0 and "HEAD_DIM" in result.stderr, options
+
+
+@pytest.mark.parametrize("name", kernels.SOURCES)
+def test_source_is_written_for_nvrtc(name: str) -> None:
+    """cupy.RawModule compiles with NVRTC, which has no host headers: nvcc alone would
+    accept an #include <cmath> or INFINITY that NVRTC rejects."""
+    text = source(name)
+    code = re.sub(r"//[^\n]*", "", text)  # comments may mention anything
+    assert "#include" not in code, f"{name}: NVRTC sources here take no includes"
+    for host_only in ("INFINITY", "NAN", "std::", "printf", "malloc", "FLT_MAX"):
+        assert not re.search(rf"\b{re.escape(host_only)}\b", code), f"{name}: {host_only}"
+    assert re.search(r'extern "C" __global__', code), f"{name}: no extern \"C\" kernel"
+
+
+def defined(name: str, macro: str) -> str:
+    """The text of ``#define macro ...`` in source ``name`` (up to a comment)."""
+    match = re.search(rf"^#define {macro}\s+(.+?)\s*(//.*)?$", source(name), re.MULTILINE)
+    assert match, f"{name}: no #define {macro}"
+    return match.group(1)
+
+
+def test_loader_launch_shapes_match_the_sources() -> None:
+    """The kernels index threads by these #defines; the loader launches by its constants."""
+    assert int(defined("layernorm.cu", "WARPS_PER_BLOCK")) == kernels.LAYERNORM_WARPS_PER_BLOCK
+    assert int(defined("layernorm.cu", "COLUMN_THREADS")) == kernels.LAYERNORM_COLUMN_THREADS
+    assert int(defined("gelu.cu", "GELU_THREADS")) == kernels.ELEMENTWISE_THREADS
+    assert int(defined("adamw.cu", "ADAMW_THREADS")) == kernels.ELEMENTWISE_THREADS
+    assert int(defined("cross_entropy.cu", "CE_THREADS")) == kernels.CROSS_ENTROPY_THREADS
+    assert int(defined("cross_entropy.cu", "CE_THREADS")) == reference.CE_THREADS
+    assert int(defined("attention.cu", "WARPS")) == kernels.ATTENTION_WARPS == reference.WARPS
+    assert int(defined("attention.cu", "TILE")) == reference.TILE
+    assert int(defined("attention.cu", "FWD_ROWS")) == kernels.ATTENTION_FORWARD_ROWS \
+        == reference.FWD_ROWS
+    assert defined("attention.cu", "BWD_ROWS") == "(HEAD_DIM > 64 ? 2 : 4)"
+    for head_dim in (1, 64, 65, 128):
+        expected = 2 if head_dim > 64 else 4
+        assert kernels.attention_backward_rows(head_dim) == reference.bwd_rows(head_dim) \
+            == expected
+
+
+def test_every_kernel_the_loader_launches_is_in_its_source() -> None:
+    loader = (kernels.SOURCE_DIR / "__init__.py").read_text(encoding="utf-8")
+    launches = re.findall(r'_kernel\(\w+, "(\w+\.cu)", "(\w+)"', loader)
+    assert len(launches) >= 10
+    for filename, kernel in launches:
+        declaration = rf'extern "C" __global__ void (__launch_bounds__\([^)]*\)\s+)?{kernel}\('
+        assert re.search(declaration, source(filename)), f"{filename} has no kernel {kernel}"
+
+
+C_SCALARS = {"float": np.float32, "int": np.int32, "long long": np.int64}
+
+
+def c_parameters(filename: str, kernel: str) -> list:
+    """The parameter declarations of ``kernel`` in ``filename``, e.g. "const float* x"."""
+    match = re.search(rf"\b{kernel}\(([^)]*)\)\s*\{{", source(filename))
+    assert match, f"{filename}: no definition of {kernel}"
+    return [p.strip() for p in match.group(1).split(",")]
+
+
+def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every launcher, with NumPy standing in for CuPy and a stub for each kernel that
+    checks the launch against the kernel's C parameters: count, pointers as contiguous
+    arrays of the pointee's type, scalars as the NumPy type of the C type, a sane grid."""
+    launched = []
+
+    def stub_kernel(like, filename, name, **defines):
+        params = c_parameters(filename, name)
+
+        def launch(grid, block, args):
+            assert len(args) == len(params), f"{name}: {len(args)} args, {len(params)} params"
+            for param, arg in zip(params, args):
+                declared = param.rsplit(" ", 1)[0].replace("const", "").replace(
+                    "__restrict__", "").strip()
+                if declared.endswith("*"):
+                    assert isinstance(arg, np.ndarray) and arg.flags.c_contiguous, param
+                    assert arg.dtype == C_SCALARS[declared[:-1].strip()], (name, param)
+                else:
+                    assert type(arg) is C_SCALARS[declared], (name, param, type(arg))
+            assert 1 <= len(grid) <= 2 and min(grid) >= 1 and grid[1:] <= (65535,), grid
+            assert block[0] % 32 == 0, block
+            launched.append(name)
+        return launch
+
+    monkeypatch.setattr(kernels, "_cupy", lambda: np)
+    monkeypatch.setattr(kernels, "_kernel", stub_kernel)
+    f32 = np.float32
+    x = np.random.default_rng(0).standard_normal((3, 5, 33)).astype(f32)
+    for dims in (1, 2):
+        y, mean, rstd = kernels.layer_norm_forward(x, None, None, 1e-5, dims)
+        assert y.shape == x.shape and mean.shape == rstd.shape == x.shape[:3 - dims]
+        _, dw, db = kernels.layer_norm_backward(x, x, None, mean, rstd, dims)
+        assert dw.shape == db.shape == x.shape[3 - dims:]
+    kernels.gelu_forward(x.transpose(2, 0, 1), "tanh")
+    kernels.gelu_backward(x, x, "none")
+    logits, ids = x.reshape(15, 33), np.arange(15, dtype=np.int32)
+    loss, lse = kernels.cross_entropy_forward(logits, ids, -100, 0.1)
+    for dloss in (f32(0.5), np.ones(15, f32)):
+        kernels.cross_entropy_backward(logits, ids, lse, dloss, -100, 0.1)
+    p = np.zeros(10, f32)
+    kernels.adamw_update(p, p, p.copy(), p.copy(), lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
+                         weight_decay=0.1, step=3)
+    q = np.zeros((2, 3, 64, 45), f32).transpose(0, 1, 3, 2)  # a non-contiguous view
+    o, lse = kernels.flash_attention_forward(q, q, q, True, 0.1)
+    assert o.shape == q.shape and lse.shape == (2, 3, 45)
+    grads = kernels.flash_attention_backward(q, q, q, o, o, lse, True, 0.1)
+    assert [g.shape for g in grads] == [q.shape] * 3
+    kernel_names = re.findall(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\)\s+)?'
+                              r"(\w+)\(", "".join(map(source, kernels.SOURCES)))
+    assert sorted(set(launched)) == sorted(kernel_names)
+
+
+def test_kernels_are_absent_on_the_cpu() -> None:
+    assert mt.get_backend("cpu").fused_kernels() is None
+
+
+def test_dispatch_rules() -> None:
+    """What each op hands to a kernel (checked on NumPy arrays: the rules need no GPU)."""
+    f32, f64 = np.zeros((3, 5), np.float32), np.zeros((3, 5))
+    assert kernels.supports_layer_norm(f32, None, np.zeros(5, np.float32))
+    assert not kernels.supports_layer_norm(f64, None, None)
+    assert not kernels.supports_layer_norm(np.zeros((0, 5), np.float32), None, None)
+    assert kernels.supports_gelu(f32.T) and not kernels.supports_gelu(f64)
+    ids = np.zeros(3, np.int64)
+    assert kernels.supports_cross_entropy(f32, ids)
+    assert not kernels.supports_cross_entropy(f64, ids)
+    assert not kernels.supports_cross_entropy(f32, ids.astype(np.float32))
+    assert kernels.supports_adamw(f32, f32.T.copy().T, f32, f32)
+    assert not kernels.supports_adamw(f32.T, f32.T, f32.T, f32.T)  # updated in place
+    q = np.zeros((2, 3, 7, 64), np.float32)
+    assert kernels.supports_flash_attention(q, q, q, None, 0.0)
+    assert kernels.supports_flash_attention(q, q[..., :5, :], q[..., :5, :], None, 0.0)
+    assert not kernels.supports_flash_attention(q, q, q, np.ones((7, 7), bool), 0.0)
+    assert not kernels.supports_flash_attention(q, q, q, None, 0.1)
+    assert not kernels.supports_flash_attention(q, q[:1], q[:1], None, 0.0)  # broadcast
+    assert not kernels.supports_flash_attention(q, q, q[..., :32], None, 0.0)  # Ev != E
+    big = np.zeros((1, 7, 129), np.float32)
+    assert not kernels.supports_flash_attention(big, big, big, None, 0.0)
+    assert not kernels.supports_flash_attention(q.astype(np.float64), q, q, None, 0.0)
+
+
+def test_launchers_name_bad_arguments() -> None:
+    """The checks run before CuPy is touched, so they are testable here."""
+    q = np.zeros((2, 7, 64), np.float32)
+    with pytest.raises(TypeError, match="flash_attention_forward: q must be float32, got "
+                                        "float64"):
+        kernels.flash_attention_forward(q.astype(np.float64), q, q, True, 0.1)
+    with pytest.raises(ValueError, match=r"head_dim must be in \[1, 128\], got 200"):
+        big = np.zeros((2, 7, 200), np.float32)
+        kernels.flash_attention_forward(big, big, big, True, 0.1)
+    with pytest.raises(ValueError, match="share their batch dims"):
+        kernels.flash_attention_forward(q, q[:1], q[:1], True, 0.1)
+    with pytest.raises(ValueError, match=r"targets has shape \(2,\), expected \(3,\)"):
+        kernels.cross_entropy_forward(np.zeros((3, 5), np.float32), np.zeros(2, np.int64))
+    with pytest.raises(TypeError, match="targets must hold integer class ids"):
+        kernels.cross_entropy_forward(np.zeros((3, 5), np.float32), np.zeros(3))
+    with pytest.raises(ValueError, match="approximate must be 'tanh' or 'none'"):
+        kernels.gelu_forward(np.zeros(3, np.float32), "erf")
+    p = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match=r"exp_avg has shape \(3,\), expected \(4,\)"):
+        kernels.adamw_update(p, p, p[:3], p, lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
+                             weight_decay=0.0, step=1)
+
+
+# --- 2. the NumPy twins of the tiled algorithms -------------------------------------------
+def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float, what: str) -> None:
+    """Elementwise within rtol, with an absolute floor of rtol times the array's largest
+    magnitude or 1, the inputs' scale (gradients that cancel to ~0, or are exactly 0 as
+    dq with one key, carry the rounding of their larger terms)."""
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: {actual.shape} vs {expected.shape}"
+    atol = rtol * max(float(np.abs(expected).max()) if expected.size else 0.0, 1.0)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=what)
+
+
+TWIN_RTOL = {np.float64: 1e-10, np.float32: 1e-5}
+# (batch dims, L, S, head dim, causal): L and S off the 32-key tile and the 16- or 8-row
+# blocks, L < S and L > S (top-left causal), head dims below, at and above a warp
+ATTENTION_CASES = [
+    ((2, 3), 45, 45, 32, True),
+    ((2, 3), 45, 45, 32, False),
+    ((1, 2), 70, 33, 64, True),
+    ((1, 2), 33, 70, 64, False),
+    ((1,), 20, 77, 128, True),
+    ((2,), 1, 1, 128, True),
+    ((1, 1), 37, 37, 17, True),
+    ((), 5, 9, 3, False),
+]
+
+
+def attention_inputs(batch: tuple, L: int, S: int, E: int, dtype: type, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((*batch, L, E)).astype(dtype)
+    k = rng.standard_normal((*batch, S, E)).astype(dtype)
+    v = rng.standard_normal((*batch, S, E)).astype(dtype)
+    do = rng.standard_normal((*batch, L, E)).astype(dtype)
+    return q, k, v, do
+
+
+def op_attention(q, k, v, do, causal: bool, scale: float, device: str = "cpu"):
+    """The vectorised op (or, on cuda, what it dispatches to): output and gradients."""
+    qkv = [mt.tensor(a, device=device, requires_grad=True) for a in (q, k, v)]
+    out = F.scaled_dot_product_attention(*qkv, is_causal=causal, scale=scale)
+    out.backward(mt.tensor(do, device=device))
+    return [t.detach().cpu().numpy() for t in (out, *[x.grad for x in qkv])]
+
+
+def case_id(case: tuple) -> str:
+    batch, L, S, E, causal = case
+    return f"b{'x'.join(map(str, batch)) or '0'}-L{L}-S{S}-E{E}-{'causal' if causal else 'full'}"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=case_id)
+def test_flash_attention_twin_matches_the_op(case: tuple, dtype: type) -> None:
+    batch, L, S, E, causal = case
+    q, k, v, do = attention_inputs(batch, L, S, E, dtype)
+    scale = 1.0 / math.sqrt(E)
+    expected = op_attention(q, k, v, do, causal, scale)
+    o, lse = reference.flash_attention_forward(q, k, v, causal, scale)
+    grads = reference.flash_attention_backward(q, k, v, o, do, lse, causal, scale)
+    rtol = TWIN_RTOL[dtype]
+    for name, actual, ref in zip(("o", "dq", "dk", "dv"), (o, *grads), expected):
+        assert actual.dtype == dtype, name
+        assert_close(actual, ref, rtol, name)
+    # lse is the log-sum-exp of each query's visible scores
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale
+    if causal:
+        scores = np.where(np.tril(np.ones((L, S), bool)), scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    assert_close(lse, (top + np.log(np.exp(scores - top).sum(-1, keepdims=True)))[..., 0],
+                 rtol, "lse")
+
+
+def test_flash_attention_twin_keys_no_query_sees_get_zero_gradients() -> None:
+    """Causal with S > L: keys after the last query are seen by none (dk = dv = 0)."""
+    q, k, v, do = attention_inputs((1,), 3, 40, 8, np.float64)
+    o, lse = reference.flash_attention_forward(q, k, v, True, 0.5)
+    _, dk, dv = reference.flash_attention_backward(q, k, v, o, do, lse, True, 0.5)
+    assert not dk[:, 3:].any() and not dv[:, 3:].any() and dk[:, :3].any()
+
+
+# (rows M, classes C, ignore_index, label_smoothing): C below, at, off and above the
+# 256-thread block; ignored rows (ignore_index inside the class range too)
+CROSS_ENTROPY_CASES = [
+    (7, 5, -100, 0.0),
+    (9, 256, -100, 0.0),
+    (6, 300, 3, 0.0),
+    (5, 1031, -100, 0.1),
+    (4, 4099, 7, 0.25),
+]
+
+
+def cross_entropy_inputs(M: int, C: int, ignore_index: int, dtype: type, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    logits = (3 * rng.standard_normal((M, C))).astype(dtype)
+    targets = rng.integers(0, C, M)
+    targets[::3] = ignore_index  # every third row ignored
+    dloss = rng.standard_normal(M).astype(dtype)
+    return logits, targets, dloss
+
+
+def op_cross_entropy(logits, targets, dloss, ignore_index, smoothing, device="cpu"):
+    x = mt.tensor(logits, device=device, requires_grad=True)
+    loss = F.cross_entropy(x, mt.tensor(targets, device=device), ignore_index=ignore_index,
+                           reduction="none", label_smoothing=smoothing)
+    loss.backward(mt.tensor(dloss, device=device))
+    return loss.detach().cpu().numpy(), x.grad.cpu().numpy()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("case", CROSS_ENTROPY_CASES,
+                         ids=lambda c: f"M{c[0]}-C{c[1]}-ignore{c[2]}-smooth{c[3]}")
+def test_cross_entropy_twin_matches_the_op(case: tuple, dtype: type) -> None:
+    M, C, ignore_index, smoothing = case
+    logits, targets, dloss = cross_entropy_inputs(M, C, ignore_index, dtype)
+    expected_loss, expected_grad = op_cross_entropy(logits, targets, dloss, ignore_index,
+                                                    smoothing)
+    loss, lse = reference.cross_entropy_forward(logits, targets, ignore_index, smoothing)
+    grad = reference.cross_entropy_backward(logits, targets, lse, dloss, ignore_index,
+                                            smoothing)
+    rtol = TWIN_RTOL[dtype]
+    assert loss.dtype == lse.dtype == grad.dtype == dtype
+    assert_close(loss, expected_loss, rtol, "loss")
+    assert_close(grad, expected_grad, rtol, "dlogits")
+    top = logits.max(axis=1)
+    assert_close(lse, top + np.log(np.exp(logits - top[:, None]).sum(axis=1)), rtol, "lse")
+    assert not grad[targets == ignore_index].any() and not loss[targets == ignore_index].any()
+
+
+def test_cross_entropy_twin_with_minus_inf_logits() -> None:
+    """-inf logits (a masked vocabulary) merge as zero terms: no nan."""
+    logits, targets, dloss = cross_entropy_inputs(4, 600, -100, np.float32)
+    logits[:, 100:500] = -np.inf
+    logits[1, :256] = -np.inf  # a whole thread's first column, and more
+    targets[:] = 50
+    targets[1] = 520
+    loss, lse = reference.cross_entropy_forward(logits, targets)
+    expected, _ = op_cross_entropy(logits, targets, dloss, -100, 0.0)
+    assert np.isfinite(loss).all()
+    assert_close(loss, expected, 1e-5, "loss")
+
+
+# --- 3. the kernels on a GPU ----------------------------------------------------------------
+def needs_cuda(test):
+    """Marked ``cuda`` and skipped, saying why, where CuPy sees no GPU (as conftest's)."""
+    skip = pytest.mark.skipif(not mt.cuda.is_available(),
+                              reason=f"no CUDA here: {mt.cuda.unavailable_reason()}")
+    return pytest.mark.cuda(skip(test))
+
+
+GPU_RTOL = 1e-4  # float32 kernels against a float64 reference, relative to the largest value
+
+
+def as_float64(*arrays: np.ndarray) -> list:
+    return [a.astype(np.float64) for a in arrays]
+
+
+@pytest.mark.parametrize("shape, normalized", [((4, 768), 1), ((3, 5, 33), 1),
+                                               ((2, 3, 4, 5), 2), ((1, 1), 1), ((7, 2049), 1)])
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@needs_cuda
+def test_layer_norm_kernel(shape: tuple, normalized: int, affine: str) -> None:
+    rng = np.random.default_rng(1)
+    norm_shape = shape[len(shape) - normalized:]
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    w = rng.standard_normal(norm_shape).astype(np.float32)
+    b = rng.standard_normal(norm_shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    params = {"both": (w, b), "weight": (w, None), "none": (None, None)}[affine]
+
+    def run(device: str, dtype: type) -> list:
+        leaves = [mt.tensor(a.astype(dtype), device=device, requires_grad=True)
+                  if a is not None else None for a in (x, *params)]
+        y = F.layer_norm(leaves[0], norm_shape, leaves[1], leaves[2])
+        y.backward(mt.tensor(dy.astype(dtype), device=device))
+        return [y.detach().cpu().numpy()] + [t.grad.cpu().numpy() for t in leaves
+                                             if t is not None]
+
+    assert kernels.supports_layer_norm(x, *params)
+    for name, got, ref in zip(("y", "dx", "dw", "db"), run("cuda", np.float32),
+                              run("cpu", np.float64)):
+        assert got.dtype == np.float32, name
+        assert_close(got.astype(np.float64), ref, GPU_RTOL, name)
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+@pytest.mark.parametrize("shape", [(1,), (3, 1000), (2, 3, 257), (70001,)])
+@needs_cuda
+def test_gelu_kernel(approximate: str, shape: tuple) -> None:
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+
+    def run(device: str, dtype: type) -> list:
+        t = mt.tensor(x.astype(dtype), device=device, requires_grad=True)
+        y = F.gelu(t, approximate=approximate)
+        y.backward(mt.tensor(dy.astype(dtype), device=device))
+        return [y.detach().cpu().numpy(), t.grad.cpu().numpy()]
+
+    for name, got, ref in zip(("y", "dx"), run("cuda", np.float32), run("cpu", np.float64)):
+        assert_close(got.astype(np.float64), ref, GPU_RTOL, name)
+
+
+@pytest.mark.parametrize("case", CROSS_ENTROPY_CASES + [(64, 50257, -100, 0.0),
+                                                        (3, 1, -100, 0.0)],
+                         ids=lambda c: f"M{c[0]}-C{c[1]}-ignore{c[2]}-smooth{c[3]}")
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@needs_cuda
+def test_cross_entropy_kernel(case: tuple, reduction: str) -> None:
+    M, C, ignore_index, smoothing = case
+    logits, targets, dloss = cross_entropy_inputs(M, C, ignore_index, np.float32)
+    if C == 1:
+        targets[:] = 0
+    options = dict(ignore_index=ignore_index, reduction=reduction, label_smoothing=smoothing)
+
+    def run(device: str, dtype: type) -> list:
+        x = mt.tensor(logits.astype(dtype), device=device, requires_grad=True)
+        loss = F.cross_entropy(x, mt.tensor(targets, device=device), **options)
+        upstream = dloss.astype(dtype) if reduction == "none" else np.asarray(0.7, dtype)
+        loss.backward(mt.tensor(upstream, device=device))
+        return [loss.detach().cpu().numpy(), x.grad.cpu().numpy()]
+
+    assert kernels.supports_cross_entropy(logits, targets)
+    for name, got, ref in zip(("loss", "dlogits"), run("cuda", np.float32),
+                              run("cpu", np.float64)):
+        assert got.dtype == np.float32, name
+        assert_close(got.astype(np.float64), ref, GPU_RTOL, name)
+
+
+@needs_cuda
+def test_cross_entropy_kernel_matches_its_twin() -> None:
+    """The kernel's own outputs (lse too) against the NumPy twin of its algorithm."""
+    import cupy
+    logits, targets, dloss = cross_entropy_inputs(33, 1031, 2, np.float32)
+    loss, lse = kernels.cross_entropy_forward(cupy.asarray(logits), cupy.asarray(targets),
+                                              2, 0.1)
+    grad = kernels.cross_entropy_backward(cupy.asarray(logits), cupy.asarray(targets), lse,
+                                          cupy.asarray(dloss), 2, 0.1)
+    ref_loss, ref_lse = reference.cross_entropy_forward(logits, targets, 2, 0.1)
+    ref_grad = reference.cross_entropy_backward(logits, targets, ref_lse, dloss, 2, 0.1)
+    for name, got, ref in (("loss", loss, ref_loss), ("lse", lse, ref_lse),
+                           ("dlogits", grad, ref_grad)):
+        assert_close(cupy.asnumpy(got), ref, 1e-5, name)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+@needs_cuda
+def test_adamw_kernel_matches_the_numpy_update(weight_decay: float) -> None:
+    rng = np.random.default_rng(3)
+    shapes = [(5, 7), (1000,), (3, 4, 129), (1,)]
+    start = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(4)]
+
+    def run(device: str) -> list:
+        params = [mt.tensor(a, device=device, requires_grad=True) for a in start]
+        opt = mt.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.95), eps=1e-8,
+                             weight_decay=weight_decay)
+        for step_grads in grads:
+            for p, g in zip(params, step_grads):
+                p.grad = mt.tensor(g, device=device)
+            opt.step()
+        return [a.cpu().numpy() for p in params for a in
+                (p.detach(), opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"])]
+
+    param = mt.tensor(start[0], device="cuda")
+    assert kernels.supports_adamw(param.data, param.data, param.data, param.data)
+    for got, ref in zip(run("cuda"), run("cpu")):
+        np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-7)
+
+
+GPU_ATTENTION_CASES = [
+    ((2, 3), 100, 100, 64, True),
+    ((1, 2), 33, 33, 128, True),
+    ((1, 2), 31, 31, 32, True),
+    ((2,), 1, 1, 64, True),
+    ((1, 4), 257, 257, 64, True),
+    ((1, 2), 50, 77, 128, False),
+    ((1, 2), 77, 50, 32, True),
+    ((1, 1), 40, 40, 80, True),
+    ((1, 1), 19, 23, 7, False),
+]
+
+
+@pytest.mark.parametrize("case", GPU_ATTENTION_CASES, ids=case_id)
+@needs_cuda
+def test_flash_attention_kernel(case: tuple) -> None:
+    batch, L, S, E, causal = case
+    q, k, v, do = attention_inputs(batch, L, S, E, np.float32, seed=4)
+    scale = 1.0 / math.sqrt(E)
+    assert kernels.supports_flash_attention(q, k, v, None, 0.0)
+    got = op_attention(q, k, v, do, causal, scale, device="cuda")
+    expected = op_attention(*as_float64(q, k, v, do), causal, scale)
+    for name, g, ref in zip(("o", "dq", "dk", "dv"), got, expected):
+        assert g.dtype == np.float32, name
+        assert_close(g.astype(np.float64), ref, GPU_RTOL, name)
+
+
+@needs_cuda
+def test_flash_attention_kernel_on_gpt_head_views() -> None:
+    """The GPT hands the op transposed views (B, nh, T, hs) of (B, T, nh, hs): the kernel
+    path copies them, and its lse matches the twin's."""
+    import cupy
+    B, T, nh, hs = 2, 45, 3, 64
+    rng = np.random.default_rng(5)
+    qkv = [rng.standard_normal((B, T, nh, hs)).astype(np.float32) for _ in range(3)]
+    views = [cupy.asarray(a).transpose(0, 2, 1, 3) for a in qkv]
+    assert not views[0].flags.c_contiguous
+    o, lse = kernels.flash_attention_forward(*views, True, 0.125)
+    ref_o, ref_lse = reference.flash_attention_forward(
+        *[a.transpose(0, 2, 1, 3).copy() for a in qkv], True, 0.125)
+    assert_close(cupy.asnumpy(o), ref_o, 1e-5, "o")
+    assert_close(cupy.asnumpy(lse), ref_lse, 1e-5, "lse")
+
+
+@needs_cuda
+def test_unsupported_cases_fall_back_on_the_gpu() -> None:
+    """A mask, dropout or float64 takes the vectorised path, and still matches the CPU."""
+    q, k, v, do = attention_inputs((1, 2), 9, 9, 16, np.float64, seed=6)
+    mask = np.tril(np.ones((9, 9), bool))
+    out = {}
+    for device in ("cuda", "cpu"):
+        t = [mt.tensor(a, device=device) for a in (q, k, v)]
+        out[device] = F.scaled_dot_product_attention(
+            *t, attn_mask=mt.tensor(mask, device=device)).cpu().numpy()
+    assert_close(out["cuda"], out["cpu"], 1e-10, "masked attention")
