@@ -153,6 +153,9 @@ def _train(args: argparse.Namespace) -> int:
         print(f"minitorch-gpu train: {exc}; the checkpoints on disk are as they were",
               file=sys.stderr)
         return EXIT_FAILED
+    code = EXIT_INTERRUPTED if result.status == "interrupted" else 0
+    if not trainer.group.is_main:  # under mpiexec, rank 0 reports for the job
+        return code
     ckpt = result.best_checkpoint or result.last_checkpoint
     print(f"{result.status}: {result.iterations} iterations in {result.seconds:.0f} s; "
           f"best val loss {result.best_val_loss:.4f}")
@@ -162,7 +165,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"checkpoints in {result.run_dir}; sample from it with:\n"
               f"  minitorch-gpu generate {shlex.quote(str(result.run_dir))}{option} "
               f"--max-new-tokens 300")
-    return EXIT_INTERRUPTED if result.status == "interrupted" else 0
+    return code
 
 
 def _example_prompt(cfg, tokenizer) -> str:
@@ -280,12 +283,15 @@ def _profile(args: argparse.Namespace) -> int:
     targets = mt.randint(0, model.config.vocab_size, (B, T), device=device)
     mode = "forward and backward, training mode" if args.backward else \
         "forward, eval mode, no grad"
+    mixed = cfg.system.dtype == "bf16"
+    if mixed:
+        mode += ", bf16 autocast"
     print(f"{model.num_params() / 1e6:.2f}M-parameter GPT ({model.config.n_layer} layers, "
           f"{model.config.n_head} heads, {model.config.n_embd} wide), batch {B} x {T} "
           f"tokens on {device}; {mode}; {args.warmup} warm-up + {args.iters} passes",
           flush=True)
     prof = profile_model(model, idx, targets, warmup=args.warmup, iters=args.iters,
-                         backward=args.backward)
+                         backward=args.backward, autocast="bf16" if mixed else None)
     print(prof.table(sort=args.sort, depth=args.depth))
     try:
         for path, export in ((args.trace, prof.export_chrome_trace),
@@ -306,14 +312,11 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
     from .machine import set_num_threads
     from .nn import GPT, GPTConfig
     set_num_threads(cfg.system.threads)
-    if cfg.system.dtype not in ("float32", "float64"):
-        raise ValueError(f"system.dtype {cfg.system.dtype!r}: bf16 is not available yet; "
-                         f"use float32 (or float64)")
     device = str(get_backend(cfg.system.device).device)  # an unusable device: RuntimeError
     if checkpoint is not None:
         from .inference import load_for_inference
         model, _, _ = load_for_inference(checkpoint, device, keep_padding=True)
-        return model.to(cfg.system.dtype)
+        return model.to(_weights_dtype(cfg))
     m = cfg.model
     vocab_size = m.vocab_size
     if vocab_size is None:  # the tokenizer's: the data must be prepared (it is cached)
@@ -328,7 +331,12 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
     mt.manual_seed(cfg.system.seed)
     config = GPTConfig(block_size=m.block_size, vocab_size=vocab_size, n_layer=m.n_layer,
                        n_head=m.n_head, n_embd=m.n_embd, dropout=m.dropout, bias=m.bias)
-    return GPT(config).to(cfg.system.dtype).to(device)
+    return GPT(config).to(_weights_dtype(cfg)).to(device)
+
+
+def _weights_dtype(cfg) -> str:
+    """bf16 mixed precision keeps float32 weights (autocast lowers the products)."""
+    return "float32" if cfg.system.dtype == "bf16" else cfg.system.dtype
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -356,7 +364,13 @@ def _discard_stdout() -> None:
 
 
 def entry_point() -> None:
-    sys.exit(main())
+    code = main()
+    if code != 0:
+        # one of several MPI ranks: the others would wait for this one in their next
+        # collective; end them all (nothing happens in a single process)
+        from .distributed import abort_job
+        abort_job(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -906,17 +906,24 @@ def _plot_roofline(prof: Profile, path: Path) -> Path:
 # --- profiling a model end to end ---------------------------------------------------------
 def profile_model(model: Module, idx: Tensor, targets: Optional[Tensor] = None, *,
                   warmup: int = 2, iters: int = 10, backward: bool = False,
+                  autocast: Optional[str] = None,
                   roofline: Optional[Roofline] = None) -> Profile:
     """Warm up, time ``iters`` passes without hooks (the reference), then profile ``iters``
     passes. Forward only runs in eval mode under no_grad; with ``backward`` in training
     mode, each pass also runs ``loss.backward()`` (the loss is ``model(idx, targets)``'s
-    second output)."""
+    second output). ``autocast="bf16"`` runs the passes in mixed precision, judged
+    against the bf16 roofline."""
     if warmup < 0 or iters < 1:
         raise ValueError(f"profile: warmup must be >= 0 and iters >= 1, got {warmup} and "
                          f"{iters}")
     if backward and targets is None:
         raise ValueError("profile: backward=True needs targets (a loss to differentiate)")
+    from .amp import autocast as autocast_context
     from .autograd import enable_grad, no_grad
+    precision = autocast_context(autocast or "bf16", enabled=autocast is not None)
+    if roofline is None and autocast is not None:
+        param = next(iter(model.parameters()))
+        roofline = Roofline.measure(str(param.device), precision.dtype)
     prof = Profile(model, backward=backward, roofline=roofline)
     clock = prof.clock
     was_training = model.training
@@ -924,7 +931,8 @@ def profile_model(model: Module, idx: Tensor, targets: Optional[Tensor] = None, 
 
     def run(record: Optional[List[Tuple[float, float]]]) -> None:
         start = clock()
-        out = model(idx, targets) if targets is not None else model(idx)
+        with precision:
+            out = model(idx, targets) if targets is not None else model(idx)
         middle = clock()
         if backward:
             model.zero_grad()

@@ -8,6 +8,10 @@ warm-up, tokens per second, and the FLOP rate implied by ``flops_per_token()``.
 
     python scripts/bench_train_step.py [--steps 50] [--warmup 5] [--n-layer 4] ...
     python scripts/bench_train_step.py --cprofile 20   # where a step's time goes, by function
+    python scripts/bench_train_step.py --device cuda --bf16 --n-layer 12 --n-head 12 \
+        --n-embd 768 --block-size 1024 --vocab-size 50304 --batch-size 8 --no-generate
+        # GPT-2 124M in bf16 on a GPU: MFU against the bf16 matmul peak measured here, and
+        # the largest |bf16 - fp32| difference of the logits on one batch
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import numpy as np
 
 import minitorch_gpu as mt
 import minitorch_gpu.nn as nn
+from minitorch_gpu.machine import matmul_peak_flops
 
 
 def median_min_max(samples: list) -> dict:
@@ -61,6 +66,10 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=200, help="tokens to generate")
     parser.add_argument("--prompt", type=int, default=16, help="prompt length for generation")
     parser.add_argument("--generate-runs", type=int, default=5, help="timed generation runs")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--bf16", action="store_true",
+                        help="bf16 mixed precision (autocast; fp32 master weights)")
+    parser.add_argument("--no-generate", action="store_true", help="time training only")
     parser.add_argument("--cprofile", type=int, default=0, metavar="N",
                         help="instead of timing, profile N steps with cProfile and print the "
                              "functions that take the most time (ms per step)")
@@ -70,17 +79,22 @@ def main() -> None:
     config = nn.GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size,
                           n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
                           dropout=0.0, bias=True)
-    model = nn.GPT(config)
+    model = nn.GPT(config).to(args.device)
+    device = str(next(model.parameters()).device)
+    sync = mt.get_backend(device).synchronize
+    precision = mt.autocast("bf16", enabled=args.bf16)
     optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3,
                                            betas=(0.9, 0.99))
     rng = np.random.default_rng(0)
     B, T = args.batch_size, args.block_size
-    batches = [(mt.tensor(rng.integers(0, args.vocab_size, (B, T))),
-                mt.tensor(rng.integers(0, args.vocab_size, (B, T)))) for _ in range(8)]
+    batches = [(mt.tensor(rng.integers(0, args.vocab_size, (B, T)), device=device),
+                mt.tensor(rng.integers(0, args.vocab_size, (B, T)), device=device))
+               for _ in range(8)]
 
     def step(i: int) -> float:
         x, y = batches[i % len(batches)]
-        _, loss = model(x, y)
+        with precision:
+            _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -93,20 +107,36 @@ def main() -> None:
         return
     times = []
     for i in range(args.steps):
+        sync()
         start = time.perf_counter()
-        step(i)
+        step(i)  # .item() of the loss waits for the device
+        sync()
         times.append((time.perf_counter() - start) * 1e3)
     ms = median_min_max(times)
     tokens_per_step = B * T
+    flop_rate = model.flops_per_token() * tokens_per_step / (ms["median"] / 1e3)
+    peak = matmul_peak_flops(device, mt.bfloat16 if args.bf16 else mt.float32)
     machine = {"machine": platform.machine(), "cpus": os.cpu_count(),
                "python": platform.python_version(), "numpy": np.__version__}
     print(json.dumps({
-        "case": "train_step", "n_layer": args.n_layer, "n_head": args.n_head,
+        "case": "train_step", "device": device, "dtype": "bf16" if args.bf16 else "float32",
+        "n_layer": args.n_layer, "n_head": args.n_head,
         "n_embd": args.n_embd, "block_size": T, "batch_size": B, "vocab_size": args.vocab_size,
         "params": model.num_params(), "steps": args.steps, "step_ms": ms,
         "tokens_per_s": tokens_per_step / (ms["median"] / 1e3),
-        "gflop_per_s": model.flops_per_token() * tokens_per_step / (ms["median"] / 1e3) / 1e9,
-        **machine}))
+        "gflop_per_s": flop_rate / 1e9, "peak_gflop_per_s": peak / 1e9,
+        "mfu": flop_rate / peak, **machine}), flush=True)
+    if args.bf16:  # how far bf16 moves the logits from float32's, on one batch
+        with mt.no_grad():
+            x, y = batches[0]
+            logits32, _ = model(x, y)
+            with precision:
+                logits16, _ = model(x, y)
+            diff = (logits16.float() - logits32).abs().max().item()
+        print(json.dumps({"case": "bf16_vs_fp32_logits", "max_abs_diff": diff,
+                          "max_abs_logit": logits32.abs().max().item()}), flush=True)
+    if args.no_generate:
+        return
 
     # generation at batch 1: past block_size the window slides, by one token (exactly
     # nanoGPT's cropping: the whole window reruns per token) or by half a block

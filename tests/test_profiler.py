@@ -366,7 +366,6 @@ def test_cli_depth_and_shapes(tmp_path, cache):
     (["--seq-len", "17"], "--seq-len 17 is longer than the model's block size 16"),
     (["--iters", "0"], "--iters >= 1"),
     (["--set", "model.vocab_size=null"], "--set model.vocab_size=N profiles without it"),
-    (["--set", "system.dtype=bf16"], "bf16 is not available yet"),
     (["--checkpoint", "missing.ckpt"], "missing.ckpt"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, cache, args, message):
@@ -375,6 +374,19 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, cache, args, message):
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_cli_profiles_in_bf16_against_the_bf16_roofline(tmp_path, cache):
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    done = run_cli("tiny.yaml", "--iters", "2", "--set", "system.dtype=bf16", "--csv",
+                   "rows.csv", cwd=tmp_path, cache=cache)
+    assert done.returncode == 0, done.stderr
+    assert "bf16 autocast" in done.stdout and "in bfloat16:" in done.stdout
+    with open(tmp_path / "rows.csv", newline="") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    # bf16 activations: c_attn's output (4, 16, 96) at 2 bytes an element
+    c_attn = rows["transformer.h.0.attn.c_attn"]
+    assert int(c_attn["out_bytes"]) == 2 * 4 * 16 * 96
 
 
 def test_cli_profiles_a_checkpoint(tmp_path, cache):
