@@ -117,7 +117,12 @@ class SystemConfig:
     device: str = "cpu"  # cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | float64 | bf16 (mixed precision: fp32 master weights)
     seed: int = 1337  # seeds weights, batches and dropout; same seed, same run
-    threads: Optional[int] = None  # BLAS threads on the CPU; null: the library's default
+    # BLAS threads on the CPU; null: the library's default (under mpiexec: the cores shared
+    # out among the ranks)
+    threads: Optional[int] = None
+    # under mpiexec: how long a rank waits in a collective for the others before it ends
+    # the job
+    dist_timeout_s: float = 300.0
 
 
 @dataclass
@@ -396,6 +401,8 @@ def validate(cfg: Config) -> None:
     _check(s.seed >= 0, "system.seed", "an int >= 0", s.seed)
     _check(s.threads is None or s.threads >= 1, "system.threads", "an int >= 1 or null",
            s.threads)
+    _check(s.dist_timeout_s > 0 and math.isfinite(s.dist_timeout_s), "system.dist_timeout_s",
+           "a finite number of seconds > 0", s.dist_timeout_s)
 
 
 def _is_text_field(cls: type, key: str) -> bool:

@@ -16,6 +16,13 @@ A run directory, ``checkpoint.dir/run_name/``, holds::
 
 Checkpoint writes are atomic (see ``checkpoint.py``). A resumed run restores every random
 stream, so with the same seed it reproduces the loss curve of an uninterrupted run.
+
+Under ``mpiexec -n N`` (see ``distributed.py``) every rank runs this loop on its own batches
+(its own sampler seed) and the gradients are averaged across ranks once per optimizer step,
+after the last micro-batch and before clipping, so the weights stay identical everywhere.
+Rank 0 alone logs, writes the run directory and saves checkpoints; evaluation is shared out
+and summed; a checkpoint holds every rank's random streams, so it resumes on N ranks only.
+A single process runs the same code with the collectives doing nothing.
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from . import backend as backend_module
+from . import distributed
 from .atomic import atomic_write
 from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
@@ -40,6 +48,7 @@ from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
                          save_checkpoint)
 from .config import Config, config_to_yaml
 from .data import BatchSampler, prepare
+from .distributed import rank_seed
 from .machine import matmul_peak_flops, set_num_threads
 from .nn import GPT, GPTConfig
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
@@ -81,6 +90,10 @@ def run_directory(cfg: Config) -> Path:
     return Path(cfg.checkpoint.dir).expanduser() / str(cfg.checkpoint.run_name or "run")
 
 
+def _silent(message: str) -> None:
+    """The log of a rank other than 0: one rank speaks for the job."""
+
+
 def _write_text_atomic(path: Path, text: str) -> None:
     with atomic_write(path, "w") as f:
         f.write(text)
@@ -114,20 +127,31 @@ class Trainer:
 
     def _build(self) -> None:
         cfg = self.cfg
-        set_num_threads(cfg.system.threads)
+        try:
+            self.group = distributed.world(cfg.system.dist_timeout_s)
+        except RuntimeError as exc:  # started by mpiexec without mpi4py
+            raise TrainingError(str(exc)) from None
+        group = self.group
+        if not group.is_main:
+            self.log, self.progress = _silent, False
+        threads = cfg.system.threads
+        set_num_threads(threads if threads is not None else group.cpu_threads())
         self.dtype = self._dtype()
         try:
-            self.backend = get_backend(cfg.system.device)
-        except RuntimeError as exc:  # no CuPy or no GPU: the message names the fix
+            self.backend = get_backend(group.rank_device(cfg.system.device))
+        except (RuntimeError, ValueError) as exc:  # no CuPy, no GPU, too few GPUs for the ranks
             raise TrainingError(f"system.device: {exc}") from None
         self.device = str(self.backend.device)
-        self.peak_flops = matmul_peak_flops(self.device, self.dtype)
-        manual_seed(cfg.system.seed)
 
-        try:
-            self.data = prepare(cfg.data, log=self.log)
-        except (ValueError, RuntimeError, OSError) as exc:  # no corpus, too small, offline
-            raise TrainingError(f"data: {exc}") from None
+        # rank 0 measures the peak and tokenizes the corpus into the cache first; the other
+        # ranks then find both there instead of writing the same files at the same time
+        with group.main_first("rank 0's data preparation"):
+            self.peak_flops = matmul_peak_flops(self.device, self.dtype)
+            try:
+                self.data = prepare(cfg.data, log=self.log)
+            except (ValueError, RuntimeError, OSError) as exc:  # no corpus, too small, offline
+                raise TrainingError(f"data: {exc}") from None
+        manual_seed(cfg.system.seed)
         self.tokenizer = self.data.tokenizer
         self.tokenizer_json = self.tokenizer.to_json()  # into every checkpoint
         vocab = self.tokenizer.vocab_size
@@ -144,6 +168,8 @@ class Trainer:
                                       n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd,
                                       dropout=m.dropout, bias=m.bias)
         self.model = GPT(self.model_config).to(self.dtype).to(self.device)
+        if group.rank > 0:  # its own dropout masks from here on (the weights are rank 0's)
+            manual_seed(rank_seed(cfg.system.seed, group.rank))
         t = cfg.train
         self.optimizer = self.model.configure_optimizers(
             t.weight_decay, t.lr, (t.beta1, t.beta2), eps=t.eps)
@@ -156,14 +182,15 @@ class Trainer:
                 raise TrainingError(
                     f"the {split} split has {len(tokens)} tokens, fewer than model.block_size "
                     f"+ 1 = {T + 1}: use a larger corpus or a smaller model.block_size")
-        self.sampler = BatchSampler(train_tokens, T, t.batch_size, seed, self.device)
+        self.sampler = BatchSampler(train_tokens, T, t.batch_size, rank_seed(seed, group.rank),
+                                    self.device)
         # every evaluation scores the same batches (a fresh sampler of a fixed seed), so
         # successive evaluations differ only by the model, and never move the training stream
         self.eval_samplers = {
             "train": lambda: BatchSampler(train_tokens, T, eval_batch, seed + 1, self.device),
             "val": lambda: BatchSampler(val_tokens, T, eval_batch, seed + 2, self.device),
         }
-        self.tokens_per_iter = t.batch_size * t.grad_accum_steps * T
+        self.tokens_per_iter = t.batch_size * t.grad_accum_steps * T * group.world_size
 
     def lr_at(self, it: int) -> float:
         t = self.cfg.train
@@ -173,7 +200,13 @@ class Trainer:
         return cosine_lr(it, t.lr, t.min_lr, t.warmup_iters, decay)
 
     # --- checkpoints --------------------------------------------------------------------
-    def _meta(self) -> Dict[str, Any]:
+    def _meta(self) -> Optional[Dict[str, Any]]:
+        """A checkpoint's metadata on rank 0, None on the others. Every rank's random streams
+        are gathered into it, so every rank must call it at the same point of the run."""
+        ranks = self.group.gather_object({"rng": backend_module.get_rng_state(),
+                                          "sampler": self.sampler.state_dict()})
+        if ranks is None:
+            return None
         return {
             "iter_num": self.iter_num,
             "evaluated_at": self.evaluated_at,
@@ -182,16 +215,19 @@ class Trainer:
             "dtype": self.cfg.system.dtype,
             "config": self.cfg.to_dict(),
             "tokenizer": self.tokenizer_json,
-            "rng": backend_module.get_rng_state(),
-            "sampler": self.sampler.state_dict(),
+            "rng": ranks[0]["rng"],
+            "sampler": ranks[0]["sampler"],
+            "world_size": self.group.world_size,
+            "other_ranks": ranks[1:],  # ranks 1.. of a data-parallel run: their rng and sampler
             "data": {"directory": str(self.data.directory),
                      "fingerprint": self.data.meta.get("source_fingerprint")},
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
 
-    def _save(self, path: Path, meta: Optional[Dict[str, Any]] = None) -> None:
-        save_checkpoint(path, self.model.state_dict(), self.optimizer.state_dict(),
-                        meta or self._meta())
+    def _save(self, path: Path, meta: Optional[Dict[str, Any]]) -> None:
+        """Write a checkpoint with ``meta`` from ``_meta()``; rank 0 alone writes."""
+        if self.group.is_main:
+            save_checkpoint(path, self.model.state_dict(), self.optimizer.state_dict(), meta)
 
     def _prepare_run_dir(self) -> None:
         if self.cfg.train.resume and self.overwrite:
@@ -222,6 +258,17 @@ class Trainer:
         except CheckpointError as exc:
             raise TrainingError(f"train.resume: {exc}") from None
         meta = ckpt.meta
+        saved_ranks = int(meta.get("world_size", 1))
+        if saved_ranks != self.group.world_size:
+            raise TrainingError(
+                f"train.resume: {self.last_path} was saved by a run of {saved_ranks} rank(s), "
+                f"and this one has {self.group.world_size}: it holds each rank's batch stream, "
+                f"so resume it on {saved_ranks} (mpiexec -n {saved_ranks} ...), or start a new "
+                f"run")
+        ranks = [{"rng": meta["rng"], "sampler": meta["sampler"]}, *meta.get("other_ranks", [])]
+        if len(ranks) != saved_ranks:
+            raise TrainingError(f"train.resume: {self.last_path} says it was saved by "
+                                f"{saved_ranks} ranks but holds the state of {len(ranks)}")
         if not _same_tokenizer(meta.get("tokenizer"), self.tokenizer_json):
             raise TrainingError(
                 f"train.resume: {self.last_path} was trained with another tokenizer than the "
@@ -257,9 +304,10 @@ class Trainer:
             except (CheckpointError, KeyError, TypeError, ValueError):
                 best = math.inf  # unreadable: the next better evaluation replaces it
             self.best_val_loss = min(self.best_val_loss, best)
-        backend_module.set_rng_state(meta["rng"])
-        self.sampler.load_state_dict(meta["sampler"])
-        self._drop_metrics_after(self.iter_num)
+        backend_module.set_rng_state(ranks[self.group.rank]["rng"])
+        self.sampler.load_state_dict(ranks[self.group.rank]["sampler"])
+        if self.group.is_main:
+            self._drop_metrics_after(self.iter_num)
         self.log(f"resumed {self.last_path} at iteration {self.iter_num} "
                  f"(best val loss {self.best_val_loss:.4f})")
 
@@ -267,19 +315,24 @@ class Trainer:
     @no_grad()
     def evaluate(self) -> Dict[str, float]:
         """Mean loss over ``eval.iters`` batches of the train and val splits (the same
-        batches at every evaluation)."""
+        batches at every evaluation). With several ranks each scores its share of those
+        batches (rank r every world_size-th, from the r-th) and the sums are added up, so
+        the figures do not depend on the number of ranks."""
         self.model.eval()
-        out = {}
+        group, iters = self.group, self.cfg.eval.iters
+        totals = []
         for split in ("train", "val"):
             sampler = self.eval_samplers[split]()
             total = 0.0
-            for _ in range(self.cfg.eval.iters):
-                x, y = sampler.next_batch()
-                _, loss = self.model(x, y)
-                total += loss.item()
-            out[split] = total / self.cfg.eval.iters
+            for i in range(iters):
+                x, y = sampler.next_batch()  # drawn on every rank: the streams stay in step
+                if i % group.world_size == group.rank:
+                    _, loss = self.model(x, y)
+                    total += loss.item()
+            totals.append(total)
+        train_total, val_total = group.allreduce_sum(totals)
         self.model.train()
-        return out
+        return {"train": train_total / iters, "val": val_total / iters}
 
     def _drop_metrics_after(self, iter_num: int) -> None:
         """Forget logged steps the checkpoint does not include (a run that went on past
@@ -298,6 +351,8 @@ class Trainer:
         _write_text_atomic(self.metrics_path, "".join(line + "\n" for line in kept))
 
     def _write_metrics(self, record: Dict[str, Any]) -> None:
+        if not self.group.is_main:
+            return
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -309,25 +364,33 @@ class Trainer:
         infinite loss raises TrainingDiverged and writes nothing more."""
         cfg, t = self.cfg, self.cfg.train
         self._build()
-        self._prepare_run_dir()
+        group = self.group  # the ranks (optimizer groups are param_groups)
+        if group.is_main:  # the others read the run directory only once rank 0 checked it
+            self._prepare_run_dir()
+        group.barrier("rank 0's check of the run directory")
         self.iter_num, self.evaluated_at, self.best_val_loss = 0, -1, math.inf
         if t.resume:
             self._resume()
-        _write_text_atomic(self.run_dir / "config.yaml", config_to_yaml(cfg))
-        _write_text_atomic(self.run_dir / "tokenizer.json", self.tokenizer_json)
+        # the same seed gave every rank the same weights, and a resumed run's come from one
+        # file; starting from rank 0's makes sure of it
+        group.broadcast_parameters(self.model.parameters())
+        if group.is_main:
+            _write_text_atomic(self.run_dir / "config.yaml", config_to_yaml(cfg))
+            _write_text_atomic(self.run_dir / "tokenizer.json", self.tokenizer_json)
         self.log(f"model: GPT with {self.model.num_params():,} parameters (n_layer "
                  f"{cfg.model.n_layer}, n_head {cfg.model.n_head}, n_embd {cfg.model.n_embd}, "
                  f"block_size {cfg.model.block_size}, vocab {self.model_config.vocab_size}), "
                  f"{cfg.system.dtype} on {self.device}")
+        ranks = f" x {group.world_size} ranks" if group.world_size > 1 else ""
         self.log(f"training: {t.max_iters} iterations of {self.tokens_per_iter:,} tokens "
                  f"(batch {t.batch_size} x {t.grad_accum_steps} accumulation x context "
-                 f"{cfg.model.block_size}); writing to {self.run_dir}")
+                 f"{cfg.model.block_size}{ranks}); writing to {self.run_dir}")
 
         from tqdm import tqdm
         bar = tqdm(total=t.max_iters, initial=self.iter_num, disable=not self.progress,
                    dynamic_ncols=True, file=sys.stderr, unit="it")
         say = bar.write if self.progress else self.log
-        stop = _StopOnInterrupt()
+        stop = _StopOnInterrupt(quiet=not group.is_main)
         started = time.perf_counter()
         last = {"train": None, "val": None}
         status = "finished"
@@ -335,8 +398,8 @@ class Trainer:
         try:
             while True:
                 lr = self.lr_at(self.iter_num)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
+                for param_group in self.optimizer.param_groups:
+                    param_group["lr"] = lr
                 due = self.iter_num % cfg.eval.interval == 0 or self.iter_num == t.max_iters
                 if due and self.evaluated_at != self.iter_num:
                     losses = self.evaluate()
@@ -351,7 +414,10 @@ class Trainer:
                     window_start = time.perf_counter()  # evaluation is not training speed
                 if self.iter_num >= t.max_iters:
                     break
-                loss = self._step()
+                # the loss over all ranks, and whether any rank got Ctrl-C (mpiexec passes it
+                # to every rank, which may be a step apart): all ranks stop after one step
+                loss, interrupted = group.allreduce_sum([self._step(), float(stop.requested)])
+                loss /= group.world_size
                 self.iter_num += 1
                 window_iters += 1
                 window_loss += loss
@@ -361,8 +427,10 @@ class Trainer:
                     self._log_train(window_loss / window_iters, lr, window_iters, elapsed,
                                     bar, say)
                     window_start, window_iters, window_loss = time.perf_counter(), 0, 0.0
-                if stop.requested:
-                    self._save(self.last_path)
+                if interrupted:
+                    self._save(self.last_path, self._meta())
+                    # no rank leaves (and ends the job) while rank 0 is still writing
+                    group.barrier("saving the checkpoint")
                     say(f"interrupted at iteration {self.iter_num}: saved {self.last_path} "
                         f"(continue with --resume)")
                     status = "interrupted"
@@ -390,6 +458,7 @@ class Trainer:
                 self._diverged(value)
             (loss * (1.0 / t.grad_accum_steps)).backward()
             total += value
+        self.group.allreduce_gradients(self.model.parameters())  # the mean over ranks
         if t.grad_clip > 0:
             norm = clip_grad_norm_(self.model.parameters(), t.grad_clip).item()
             if not math.isfinite(norm):
@@ -432,8 +501,9 @@ class Trainer:
     def _log_train(self, loss: float, lr: float, iters: int, elapsed: float, bar: Any,
                    say: Callable[[str], None]) -> None:
         dt = elapsed / max(iters, 1)
-        tokens_per_s = self.tokens_per_iter / dt if dt > 0 else float("nan")
+        tokens_per_s = self.tokens_per_iter / dt if dt > 0 else float("nan")  # all ranks'
         t = self.cfg.train
+        # one rank's sequences against one rank's peak: the mean MFU of the ranks' devices
         mfu = self.model.estimate_mfu(t.batch_size * t.grad_accum_steps, dt, self.peak_flops,
                                       seq_len=self.cfg.model.block_size)
         self._write_metrics({"type": "train", "iter": self.iter_num, "loss": loss, "lr": lr,
@@ -457,10 +527,12 @@ def _same_tokenizer(saved_json: Any, current_json: str) -> bool:
 class _StopOnInterrupt:
     """The first Ctrl-C (SIGINT) asks the loop to stop after the current step, so the state
     it saves is whole; a second one raises KeyboardInterrupt as usual. Installed only in
-    the main thread (signal handlers can be set nowhere else)."""
+    the main thread (signal handlers can be set nowhere else). ``quiet``: say nothing (the
+    ranks other than 0, which mpiexec passes the same Ctrl-C to)."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         self.requested = False
+        self.quiet = quiet
         self.previous = None
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGINT, self._handle)
@@ -470,6 +542,8 @@ class _StopOnInterrupt:
             self.restore()
             raise KeyboardInterrupt
         self.requested = True
+        if self.quiet:
+            return
         # os.write, not print: a handler that prints while the loop is printing makes
         # Python raise "reentrant call"; a raw write to the file descriptor cannot
         with contextlib.suppress(OSError, ValueError):
