@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Optional
 from . import backend as backend_module
 from . import distributed
 from .atomic import atomic_write
+from .amp import autocast
 from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
 from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
@@ -55,7 +56,9 @@ from .optim import clip_grad_norm_, constant_lr, cosine_lr
 
 __all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "run_directory"]
 
-DTYPES = {"float32": dtypes.float32, "float64": dtypes.float64}
+# the weights' dtype per system.dtype: bf16 mixed precision keeps float32 master weights
+# (and optimizer state) and runs the matrix products in bf16 under autocast
+DTYPES = {"float32": dtypes.float32, "float64": dtypes.float64, "bf16": dtypes.float32}
 
 
 class TrainingError(RuntimeError):
@@ -121,8 +124,7 @@ class Trainer:
     def _dtype(self) -> Any:
         name = self.cfg.system.dtype
         if name not in DTYPES:
-            raise TrainingError(f"system.dtype {name!r}: bf16 mixed-precision training is not "
-                                f"available yet; use float32 (or float64)")
+            raise TrainingError(f"system.dtype {name!r}: expected one of {', '.join(DTYPES)}")
         return DTYPES[name]
 
     def _build(self) -> None:
@@ -137,6 +139,8 @@ class Trainer:
         threads = cfg.system.threads
         set_num_threads(threads if threads is not None else group.cpu_threads())
         self.dtype = self._dtype()
+        mixed = cfg.system.dtype == "bf16"
+        self.precision = autocast("bf16", enabled=mixed)  # the forward passes run in it
         try:
             self.backend = get_backend(group.rank_device(cfg.system.device))
         except (RuntimeError, ValueError) as exc:  # no CuPy, no GPU, too few GPUs for the ranks
@@ -146,7 +150,9 @@ class Trainer:
         # rank 0 measures the peak and tokenizes the corpus into the cache first; the other
         # ranks then find both there instead of writing the same files at the same time
         with group.main_first("rank 0's data preparation"):
-            self.peak_flops = matmul_peak_flops(self.device, self.dtype)
+            # MFU against the peak of the dtype the products run in
+            self.peak_flops = matmul_peak_flops(self.device,
+                                                dtypes.bfloat16 if mixed else self.dtype)
             try:
                 self.data = prepare(cfg.data, log=self.log)
             except (ValueError, RuntimeError, OSError) as exc:  # no corpus, too small, offline
@@ -327,7 +333,8 @@ class Trainer:
             for i in range(iters):
                 x, y = sampler.next_batch()  # drawn on every rank: the streams stay in step
                 if i % group.world_size == group.rank:
-                    _, loss = self.model(x, y)
+                    with self.precision:
+                        _, loss = self.model(x, y)
                     total += loss.item()
             totals.append(total)
         train_total, val_total = group.allreduce_sum(totals)
@@ -452,7 +459,8 @@ class Trainer:
         total = 0.0
         for _ in range(t.grad_accum_steps):
             x, y = self.sampler.next_batch()  # (B, T) each
-            _, loss = self.model(x, y)
+            with self.precision:  # bf16 products when mixed; backward needs no autocast
+                _, loss = self.model(x, y)
             value = loss.item()
             if not math.isfinite(value):
                 self._diverged(value)

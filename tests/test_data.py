@@ -352,6 +352,24 @@ def test_tinyshakespeare_download_into_an_unwritable_cache_says_what_to_do(tmp_p
     assert str(tmp_path / "not_a_folder") in str(info.value)
 
 
+def test_tinyshakespeare_download_is_saved_once_then_read(tmp_path, monkeypatch):
+    # the save after a good download raised NameError (atomic_write was not imported)
+    payload = b"ROMEO:\nBut soft!\n"
+    sources = importlib.import_module("minitorch_gpu.data.sources")
+    calls = []
+    monkeypatch.setattr(urllib.request, "urlopen",
+                        lambda *a, **k: calls.append(a) or _Reply(payload))
+    monkeypatch.setattr(sources, "TINYSHAKESPEARE_SHA256",
+                        hashlib.sha256(payload).hexdigest())
+    cfg = cfg_for(tmp_path, source="tinyshakespeare", cache_dir=str(tmp_path / "cache"))
+    assert load_text(cfg, log=lambda line: None) == payload.decode()
+    assert load_text(cfg, log=lambda line: None) == payload.decode()
+    assert len(calls) == 1
+    saved = list((tmp_path / "cache").rglob("*.txt"))
+    assert [p.read_bytes() for p in saved] == [payload]
+    assert not [p for p in (tmp_path / "cache").rglob("*") if ".tmp" in p.name]
+
+
 @pytest.fixture
 def hf_offline(monkeypatch):
     """Hugging Face datasets with the network off, both for this import and a fresh one."""

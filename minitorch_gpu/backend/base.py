@@ -123,6 +123,11 @@ class Backend:
     def erf(self, x: Any) -> Any:
         raise NotImplementedError
 
+    def matmul(self, a: Any, b: Any) -> Any:
+        """``a @ b`` as the device does it best. bf16 operands give a float32 result
+        (accumulated in float32); the op rounds it to its output dtype."""
+        return self.xp.matmul(a, b)
+
     def stable_argsort(self, array: Any, axis: int) -> Any:
         """Indices that sort ``array`` ascending along ``axis``, equal elements keeping
         their order (a stable sort, as sort/topk/multinomial need to be repeatable)."""

@@ -8,7 +8,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import dtypes
 from .base import Backend, Device
+
+_NARROW = (dtypes.bfloat16, dtypes.float16)  # matmul widens these to float32
 
 _SQRT_PI = math.sqrt(math.pi)
 
@@ -39,6 +42,14 @@ class NumpyBackend(Backend):
 
     def erf(self, x: np.ndarray) -> np.ndarray:
         return _erf(x)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """bf16/fp16 operands are widened to float32 (exactly) and multiplied by float32
+        BLAS: the same arithmetic as a tensor core's (products exact, float32 sums), many
+        times faster than ml_dtypes' own bf16 matmul loop."""
+        if a.dtype in _NARROW or b.dtype in _NARROW:
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        return np.matmul(a, b)
 
     def stable_argsort(self, array: np.ndarray, axis: int) -> np.ndarray:
         return np.argsort(array, axis=axis, kind="stable")  # the default is not stable

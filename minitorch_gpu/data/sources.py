@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..atomic import atomic_write
 from ..config import DataConfig
 from ..machine import cache_dir
 

@@ -32,7 +32,7 @@ class ScaledDotProductAttention(Function):
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.scale, ctx.causal = scale, causal
             return out
-        scores = xp.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
+        scores = ctx.backend.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
         scores = widened(scores)  # bf16/fp16 scores: softmax in float32
         scores *= scale
         L, S = scores.shape[-2:]
@@ -61,7 +61,7 @@ class ScaledDotProductAttention(Function):
             attended *= 1.0 / (1.0 - dropout_p)
         ctx.save_for_backward(q, k, v, probs, keep)
         ctx.scale, ctx.dropout_p = scale, dropout_p
-        out = xp.matmul(attended, v)  # (..., L, Ev)
+        out = ctx.backend.matmul(attended, v)  # (..., L, Ev)
         return out.astype(xp.result_type(q.dtype, v.dtype), copy=False)  # bf16 stays bf16
 
     @staticmethod
@@ -77,10 +77,10 @@ class ScaledDotProductAttention(Function):
         attended = probs
         if keep is not None:
             attended = probs * keep * (1.0 / (1.0 - ctx.dropout_p))
-        grad_v = xp.matmul(xp.swapaxes(attended, -1, -2), grad) if need_v else None
+        grad_v = ctx.backend.matmul(xp.swapaxes(attended, -1, -2), grad) if need_v else None
         grad_q = grad_k = None
         if need_q or need_k:
-            d_probs = xp.matmul(grad, xp.swapaxes(v, -1, -2))  # (..., L, S)
+            d_probs = ctx.backend.matmul(grad, xp.swapaxes(v, -1, -2))  # (..., L, S)
             if keep is not None:
                 d_probs *= keep
                 d_probs *= 1.0 / (1.0 - ctx.dropout_p)
@@ -90,9 +90,9 @@ class ScaledDotProductAttention(Function):
             d_scores *= probs
             d_scores *= ctx.scale
             if need_q:
-                grad_q = xp.matmul(d_scores, k)
+                grad_q = ctx.backend.matmul(d_scores, k)
             if need_k:
-                grad_k = xp.matmul(xp.swapaxes(d_scores, -1, -2), q)
+                grad_k = ctx.backend.matmul(xp.swapaxes(d_scores, -1, -2), q)
         return (unbroadcast(grad_q, q.shape) if grad_q is not None else None,
                 unbroadcast(grad_k, k.shape) if grad_k is not None else None,
                 unbroadcast(grad_v, v.shape) if grad_v is not None else None,

@@ -1,6 +1,6 @@
 """Matrix products: 1-D, 2-D and batched, with NumPy's broadcasting of batch dims.
 
-Both directions call ``xp.matmul`` (BLAS on the CPU, cuBLAS on the GPU). Transposed
+Both directions call ``backend.matmul`` (BLAS on the CPU, cuBLAS on the GPU). Transposed
 operands are passed as transposed views: BLAS reads them with a transpose flag, no copy.
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ class MatMul(Function):
         ctx.a_shape, ctx.b_shape = a.shape, b.shape
         if a.ndim > 2 and b.ndim == 2:  # (..., m, k) @ (k, n): a linear layer
             # one (M, k) @ (k, n) GEMM over all leading dims, not one small GEMM per batch
-            out = ctx.xp.matmul(a.reshape(-1, a.shape[-1]), b)
+            out = ctx.backend.matmul(a.reshape(-1, a.shape[-1]), b)
             out = out.reshape(a.shape[:-1] + (b.shape[1],))
         else:
-            out = ctx.xp.matmul(a, b)
+            out = ctx.backend.matmul(a, b)
         # bf16 @ bf16 accumulates in float32 and returns float32 (ml_dtypes); the result is
         # bf16 again, as in PyTorch
         if out.dtype != a.dtype and a.dtype == b.dtype:
@@ -39,9 +39,9 @@ class MatMul(Function):
             g = grad.reshape(-1, grad.shape[-1])  # (M, n)
             grad_a = grad_b = None
             if b is not None:
-                grad_a = xp.matmul(g, b.T).reshape(ctx.a_shape)  # (M, n) @ (n, k)
+                grad_a = ctx.backend.matmul(g, b.T).reshape(ctx.a_shape)  # (M, n) @ (n, k)
             if a is not None:  # (k, M) @ (M, n): the sum over the batch is inside the GEMM
-                grad_b = xp.matmul(a.reshape(-1, a.shape[-1]).T, g)
+                grad_b = ctx.backend.matmul(a.reshape(-1, a.shape[-1]).T, g)
             return grad_a, grad_b
         a_vec, b_vec = len(ctx.a_shape) == 1, len(ctx.b_shape) == 1
         # A 1-D a acts as a (1, k) row and a 1-D b as a (k, 1) column; put those dims back.
@@ -55,12 +55,12 @@ class MatMul(Function):
         grad_a = grad_b = None
         if b is not None:  # a needs a gradient
             b2 = b[:, None] if b_vec else b
-            grad_a = xp.matmul(g, xp.swapaxes(b2, -1, -2))  # (..., m, n) @ (..., n, k)
+            grad_a = ctx.backend.matmul(g, xp.swapaxes(b2, -1, -2))  # (..., m, n) @ (..., n, k)
             grad_a = unbroadcast(grad_a, (1,) + ctx.a_shape if a_vec else ctx.a_shape)
             grad_a = grad_a.reshape(ctx.a_shape)
         if a is not None:  # b needs a gradient
             a2 = a[None, :] if a_vec else a
-            grad_b = xp.matmul(xp.swapaxes(a2, -1, -2), g)  # (..., k, m) @ (..., m, n)
+            grad_b = ctx.backend.matmul(xp.swapaxes(a2, -1, -2), g)  # (..., k, m) @ (..., m, n)
             grad_b = unbroadcast(grad_b, ctx.b_shape + (1,) if b_vec else ctx.b_shape)
             grad_b = grad_b.reshape(ctx.b_shape)
         return grad_a, grad_b
@@ -93,12 +93,11 @@ class Linear(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        xp = ctx.xp
         need_x, need_w = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if need_w else None, weight if need_x else None)
         ctx.x_shape = x.shape
         rows = x.reshape(-1, x.shape[-1])  # (M, in), M = product of the leading dims
-        out = xp.matmul(rows, weight.T)  # (M, out); weight.T is a view BLAS reads transposed
+        out = ctx.backend.matmul(rows, weight.T)  # (M, out); weight.T is a view BLAS reads transposed
         if bias is not None:
             out += bias  # in place: no second activation-sized buffer
         # bf16 operands accumulate in float32 (ml_dtypes returns float32): round once, here
@@ -108,12 +107,11 @@ class Linear(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        xp = ctx.xp
         x, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
         g = grad.reshape(-1, grad.shape[-1])  # (M, out)
-        grad_x = xp.matmul(g, weight).reshape(ctx.x_shape) if need_x else None  # (M, in)
-        grad_w = xp.matmul(g.T, x.reshape(-1, x.shape[-1])) if need_w else None  # (out, in)
+        grad_x = ctx.backend.matmul(g, weight).reshape(ctx.x_shape) if need_x else None  # (M, in)
+        grad_w = ctx.backend.matmul(g.T, x.reshape(-1, x.shape[-1])) if need_w else None  # (out, in)
         # (out,): summed in float32 for bf16 (a long sum in bf16 loses the low bits)
         grad_b = widened(g).sum(axis=0).astype(g.dtype, copy=False) if need_b else None
         return grad_x, grad_w, grad_b
