@@ -15,7 +15,7 @@ import argparse
 import os
 import shlex
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 # 130 and 141 are what a shell reports for a process ended by SIGINT and SIGPIPE (128 + n)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "measured roofline.")
     _add_config_arguments(prof)
     prof.add_argument("--checkpoint", help="profile this checkpoint's model (a .ckpt or a "
-                                           "run directory) instead of a fresh one")
+                                           "run directory) instead of a fresh one: its "
+                                           "shape is the checkpoint's (model.* is "
+                                           "not read), the device and dtype the config's")
     prof.add_argument("--batch-size", type=int, help="sequences per pass (default "
                                                      "train.batch_size)")
     prof.add_argument("--seq-len", type=int, help="tokens per sequence (default "
@@ -290,9 +292,17 @@ def _profile(args: argparse.Namespace) -> int:
           f"{model.config.n_head} heads, {model.config.n_embd} wide), batch {B} x {T} "
           f"tokens on {device}; {mode}; {args.warmup} warm-up + {args.iters} passes",
           flush=True)
-    prof = profile_model(model, idx, targets, warmup=args.warmup, iters=args.iters,
-                         backward=args.backward, autocast="bf16" if mixed else None)
-    print(prof.table(sort=args.sort, depth=args.depth))
+    try:
+        prof = profile_model(model, idx, targets, warmup=args.warmup, iters=args.iters,
+                             backward=args.backward, autocast="bf16" if mixed else None)
+        table = prof.table(sort=args.sort, depth=args.depth)
+    except MemoryError:
+        print(f"minitorch-gpu profile: out of memory at batch {B} x {T}; try a smaller "
+              f"--batch-size or --seq-len", file=sys.stderr)
+        return EXIT_FAILED
+    except (ValueError, RuntimeError) as exc:  # e.g. the device failed measuring its roofline
+        return _error("profile", str(exc).splitlines()[0])
+    print(table)
     try:
         for path, export in ((args.trace, prof.export_chrome_trace),
                              (args.csv, prof.export_csv), (args.plot, prof.plot_roofline)):
@@ -334,9 +344,10 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
     return GPT(config).to(_weights_dtype(cfg)).to(device)
 
 
-def _weights_dtype(cfg) -> str:
-    """bf16 mixed precision keeps float32 weights (autocast lowers the products)."""
-    return "float32" if cfg.system.dtype == "bf16" else cfg.system.dtype
+def _weights_dtype(cfg) -> Any:
+    """The weights' dtype, as the trainer keeps them: float32 for bf16 mixed precision."""
+    from .trainer import DTYPES
+    return DTYPES[cfg.system.dtype]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

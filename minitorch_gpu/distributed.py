@@ -258,6 +258,8 @@ class MPIProcessGroup(ProcessGroup):
         flat.transport.broadcast(flat.buffer, flat.buckets, "broadcasting rank 0's parameters")
         if not self.is_main:
             flat.unpack([p.data for p in params])
+        # used once, at the start: a model-sized buffer is not worth keeping for the run
+        self._flat.pop(("parameters", *map(id, params)), None)
 
     def allreduce_gradients(self, params: Iterable[Tensor]) -> None:
         params = [p for p in params if p.requires_grad]

@@ -188,7 +188,8 @@ def _self_attention_cost(m: CausalSelfAttention, training: bool, inputs: List[Sp
 @register_cost(GPT)
 def _gpt_cost(m: GPT, training: bool, inputs: List[Spec], outputs: List[Spec]) -> Cost:
     B, T = inputs[0][0]
-    C, itemsize = m.config.n_embd, outputs[0][1]
+    # the residual stream's dtype: the weights' (the logits are bf16 under autocast)
+    C, itemsize = m.config.n_embd, m.transformer.wte.weight.element_size()
     # token rows + position rows: read (B, T, C) and (T, C), write (B, T, C)
     return Cost(B * T * C, (2 * B * T * C + T * C) * itemsize)
 
@@ -366,7 +367,8 @@ class Profile:
         for m in self.model.modules():
             self._handles.append(m.register_forward_pre_hook(self._pre_hook))
             self._handles.append(m.register_forward_hook(self._post_hook))
-        self._previous_observer = autograd.set_graph_observer(self)
+        if self.backward:  # else a backward run inside would pay for clock reads for nothing
+            self._previous_observer = autograd.set_graph_observer(self)
         self._active = True
         self._rows = None
         return self
@@ -375,7 +377,8 @@ class Profile:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        autograd.set_graph_observer(self._previous_observer)
+        if self.backward:
+            autograd.set_graph_observer(self._previous_observer)
         self._active = False
         self.scope = None
         self._stack.clear()
@@ -423,6 +426,7 @@ class Profile:
         """The rows as CSV, one line per row, every field a column."""
         rows = self.rows
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         fields = list(rows[0]) if rows else []
         with open(path, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
@@ -927,7 +931,6 @@ def profile_model(model: Module, idx: Tensor, targets: Optional[Tensor] = None, 
     prof = Profile(model, backward=backward, roofline=roofline)
     clock = prof.clock
     was_training = model.training
-    model.train(backward)
 
     def run(record: Optional[List[Tuple[float, float]]]) -> None:
         start = clock()
@@ -942,16 +945,19 @@ def profile_model(model: Module, idx: Tensor, targets: Optional[Tensor] = None, 
         if record is not None:
             record.append((middle - start, end - middle))
 
-    with enable_grad() if backward else no_grad():
-        for _ in range(warmup):
-            run(None)
-        unhooked: List[Tuple[float, float]] = []
-        for _ in range(iters):
-            run(unhooked)
-        with prof:
-            for _ in range(iters):
+    unhooked: List[Tuple[float, float]] = []
+    try:
+        model.train(backward)
+        with enable_grad() if backward else no_grad():
+            for _ in range(warmup):
                 run(None)
-    model.train(was_training)
+            for _ in range(iters):
+                run(unhooked)
+            with prof:
+                for _ in range(iters):
+                    run(None)
+    finally:  # the mode it found, also when a pass raised
+        model.train(was_training)
     prof.reference_ms = {"forward": _median([f for f, _ in unhooked]) * 1e3}
     if backward:
         prof.reference_ms["backward"] = _median([b for _, b in unhooked]) * 1e3

@@ -96,6 +96,15 @@ def test_autocast_lowers_matmuls_and_keeps_reductions_in_float32(device):
     assert (x.grad.dtype, w.grad.dtype, b.grad.dtype) == (mt.float32,) * 3
 
 
+def test_bf16_times_float64_stays_float64_and_autocast_ends_on_an_exception():
+    a, b = mt.randn(3, 4).to(BF16), mt.randn(4, 2, dtype=mt.float64)
+    assert (a @ b).dtype == mt.float64  # NumPy's promotion: the wider operand wins
+    with pytest.raises(ZeroDivisionError):
+        with mt.autocast("bf16"):
+            1 / 0
+    assert autocast_dtype() is None
+
+
 def test_linear_saves_its_input_in_bf16():
     mt.manual_seed(0)
     layer = mt.nn.Linear(16, 16)

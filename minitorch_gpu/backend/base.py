@@ -124,8 +124,9 @@ class Backend:
         raise NotImplementedError
 
     def matmul(self, a: Any, b: Any) -> Any:
-        """``a @ b`` as the device does it best. bf16 operands give a float32 result
-        (accumulated in float32); the op rounds it to its output dtype."""
+        """``a @ b`` as the device does it best, accumulating bf16 operands in float32; the
+        result may come back wider than the operands (float32 for bf16 on the CPU), and the
+        op rounds it to its output dtype."""
         return self.xp.matmul(a, b)
 
     def stable_argsort(self, array: Any, axis: int) -> Any:

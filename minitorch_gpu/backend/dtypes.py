@@ -21,6 +21,7 @@ bool_ = np.dtype(np.bool_)
 
 default_float = float32
 FLOATING = frozenset({float16, bfloat16, float32, float64})
+NARROW_FLOATS = (bfloat16, float16)  # computed in float32 ("opmath"), stored narrow
 
 _BY_NAME = {
     "float32": float32, "fp32": float32, "float": float32,

@@ -8,10 +8,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import dtypes
 from .base import Backend, Device
-
-_NARROW = (dtypes.bfloat16, dtypes.float16)  # matmul widens these to float32
+from .dtypes import NARROW_FLOATS
 
 _SQRT_PI = math.sqrt(math.pi)
 
@@ -47,8 +45,10 @@ class NumpyBackend(Backend):
         """bf16/fp16 operands are widened to float32 (exactly) and multiplied by float32
         BLAS: the same arithmetic as a tensor core's (products exact, float32 sums), many
         times faster than ml_dtypes' own bf16 matmul loop."""
-        if a.dtype in _NARROW or b.dtype in _NARROW:
-            a, b = a.astype(np.float32), b.astype(np.float32)
+        if a.dtype in NARROW_FLOATS:
+            a = a.astype(np.float32)
+        if b.dtype in NARROW_FLOATS:
+            b = b.astype(np.float32)  # a float64 operand stays float64, as NumPy promotes
         return np.matmul(a, b)
 
     def stable_argsort(self, array: np.ndarray, axis: int) -> np.ndarray:

@@ -148,7 +148,7 @@ def autocast_float32(x: Any) -> Any:
     """Inside ``autocast``, a bf16/fp16 Tensor cast up to float32 (the input of a
     reduction that must not lose bits: layer norm, softmax, the loss); else ``x``."""
     if autocast_dtype() is None or not isinstance(x, Tensor) \
-            or x.dtype not in (dtypes.bfloat16, dtypes.float16):
+            or x.dtype not in dtypes.NARROW_FLOATS:
         return x
     return cast_to(x, dtypes.float32)
 
@@ -221,10 +221,9 @@ def require_float(x: Tensor, op: str, name: str = "input") -> None:
         raise TypeError(f"{op}: expected a floating-point {name}, got {x.dtype}")
 
 
-_NARROW_FLOATS = (dtypes.bfloat16, dtypes.float16)
 
 
 def widened(x: Any) -> Any:
     """``x`` in float32 when it is bf16/fp16 (the dtype to compute in, as PyTorch's "opmath"
     does), else ``x`` itself. Results are rounded back to the input's dtype by the op."""
-    return x.astype(dtypes.float32) if x.dtype in _NARROW_FLOATS else x
+    return x.astype(dtypes.float32) if x.dtype in dtypes.NARROW_FLOATS else x
