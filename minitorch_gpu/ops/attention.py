@@ -28,10 +28,13 @@ class ScaledDotProductAttention(Function):
         ctx.kernels = kernels if kernels is not None and kernels.supports_flash_attention(
             q, k, v, mask, dropout_p) else None
         if ctx.kernels is not None:  # tiled, online softmax: no (L, S) matrix is stored
-            out, lse = ctx.kernels.flash_attention_forward(q, k, v, causal, scale)
+            # in float32 (bf16 inputs widened, the output rounded back); q, k, v are saved
+            # as given, bf16 under autocast, and the float32 output for backward's rowsum
+            out, lse = ctx.kernels.flash_attention_forward(widened(q), widened(k), widened(v),
+                                                           causal, scale)
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.scale, ctx.causal = scale, causal
-            return out
+            return out.astype(q.dtype, copy=False)
         scores = ctx.backend.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
         scores = widened(scores)  # bf16/fp16 scores: softmax in float32
         scores *= scale
@@ -70,7 +73,8 @@ class ScaledDotProductAttention(Function):
         if ctx.kernels is not None:
             q, k, v, out, lse = ctx.saved_tensors
             grad_q, grad_k, grad_v = ctx.kernels.flash_attention_backward(
-                q, k, v, out, grad, lse, ctx.causal, ctx.scale)
+                widened(q), widened(k), widened(v), out, widened(grad), lse, ctx.causal,
+                ctx.scale)  # float32 gradients: the engine rounds them to q, k, v's dtype
             return grad_q, grad_k, grad_v, None, None, None, None
         q, k, v, probs, keep = ctx.saved_tensors
         need_q, need_k, need_v = ctx.needs_input_grad[:3]

@@ -233,8 +233,9 @@ class Gelu(Function):
         ctx.approximate = approximate
         kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/gelu.cu
         ctx.kernels = kernels if kernels is not None and kernels.supports_gelu(a) else None
-        if ctx.kernels is not None:
-            return ctx.kernels.gelu_forward(a, approximate)
+        if ctx.kernels is not None:  # float32 arithmetic; a bf16 result rounded back
+            return ctx.kernels.gelu_forward(widened(a), approximate).astype(a.dtype,
+                                                                            copy=False)
         x = widened(a)
         if approximate == "tanh":
             out = xp.multiply(x, x, out=xp.empty_like(x))  # out=: a 0-d result stays an array
@@ -255,7 +256,8 @@ class Gelu(Function):
         xp = ctx.xp
         (a,) = ctx.saved_tensors
         if ctx.kernels is not None:
-            return ctx.kernels.gelu_backward(a, grad, ctx.approximate), None
+            # a float32 gradient: the engine rounds it to the input's dtype
+            return ctx.kernels.gelu_backward(widened(a), widened(grad), ctx.approximate), None
         a = widened(a)
         if ctx.approximate == "tanh":
             # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)

@@ -114,6 +114,14 @@ def _is_float32(*arrays: Any) -> bool:
     return all(a is not None and a.dtype == _FLOAT32 for a in arrays)
 
 
+def _is_float32_or_narrower(*arrays: Any) -> bool:
+    """float32, or bf16/fp16 that the op widens to float32 for the kernel (the kernels
+    compute in float32 either way, as autocast wants)."""
+    from ..dtypes import NARROW_FLOATS
+    return all(a is not None and (a.dtype == _FLOAT32 or a.dtype in NARROW_FLOATS)
+               for a in arrays)
+
+
 def _check_float32(op: str, **arrays: Any) -> None:
     for name, a in arrays.items():
         if a.dtype != _FLOAT32:
@@ -223,8 +231,9 @@ def layer_norm_backward(dy: Any, x: Any, weight: Optional[Any], mean: Any, rstd:
 
 # --- GELU ---------------------------------------------------------------------------------
 def supports_gelu(x: Any) -> bool:
-    """float32 input with at least one element (either form, tanh or erf)."""
-    return x.size > 0 and _is_float32(x)
+    """A float32 (or bf16/fp16, widened by the op) input with at least one element
+    (either form, tanh or erf)."""
+    return x.size > 0 and _is_float32_or_narrower(x)
 
 
 def _approximate_flag(op: str, approximate: str) -> np.int32:
@@ -380,10 +389,11 @@ def adamw_step(params: Sequence[Any], grads: Sequence[Any], exp_avgs: Sequence[A
 # --- flash attention ----------------------------------------------------------------------
 def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
                              dropout_p: float) -> bool:
-    """float32 q (..., L, E), k (..., S, E), v (..., S, E) with the same batch dims (no
-    broadcasting), E <= MAX_HEAD_DIM, L, S >= 1, batch * heads <= MAX_GRID_Y, no attn_mask
-    and no dropout. Causal or not."""
-    return (mask is None and dropout_p == 0.0 and _is_float32(q, k, v) and q.ndim >= 2
+    """float32 (or bf16/fp16, widened by the op) q (..., L, E), k (..., S, E), v (..., S, E)
+    with the same batch dims (no broadcasting), E <= MAX_HEAD_DIM, L, S >= 1, batch * heads
+    <= MAX_GRID_Y, no attn_mask and no dropout. Causal or not."""
+    return (mask is None and dropout_p == 0.0 and _is_float32_or_narrower(q, k, v)
+            and q.dtype == k.dtype == v.dtype and q.ndim >= 2
             and q.ndim == k.ndim == v.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
             and q.shape[-1] == k.shape[-1] == v.shape[-1] and 1 <= q.shape[-1] <= MAX_HEAD_DIM
             and k.shape[-2] == v.shape[-2] and q.size > 0 and k.size > 0
