@@ -376,7 +376,9 @@ def _discard_stdout() -> None:
 
 def entry_point() -> None:
     code = main()
-    if code != 0:
+    # Ctrl-C reaches every rank (mpiexec forwards it) and the ranks stop after one agreed
+    # step, so each ends on its own; any other failure ends the whole job
+    if code not in (0, EXIT_INTERRUPTED):
         # one of several MPI ranks: the others would wait for this one in their next
         # collective; end them all (nothing happens in a single process)
         from .distributed import abort_job
