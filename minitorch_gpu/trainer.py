@@ -462,8 +462,11 @@ class Trainer:
             with self.precision:  # bf16 products when mixed; backward needs no autocast
                 _, loss = self.model(x, y)
             value = loss.item()
-            if not math.isfinite(value):
-                self._diverged(value)
+            # every rank must stop at the same point, so a NaN on any rank counts for all:
+            # the sum over ranks carries it (one float; nothing at all in one process)
+            seen = self.group.allreduce_sum([value])[0] if self.group.world_size > 1 else value
+            if not math.isfinite(seen):
+                self._diverged(value if not math.isfinite(value) else seen)
             (loss * (1.0 / t.grad_accum_steps)).backward()
             total += value
         self.group.allreduce_gradients(self.model.parameters())  # the mean over ranks

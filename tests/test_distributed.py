@@ -263,6 +263,43 @@ def test_a_rank_that_dies_or_hangs_ends_the_job_with_an_error(workdir, how):
         assert "rank 0 of 2" in err and "waited 2 s for the other ranks" in err
 
 
+NAN_ON_RANK_1 = """\
+import os, sys
+rank = int(os.environ.get("PMI_RANK") or os.environ["OMPI_COMM_WORLD_RANK"])
+from minitorch_gpu.nn import GPT
+forward = GPT.forward
+calls = [0]
+
+def forward_going_bad_on_rank_1(self, idx, targets=None, **kwargs):
+    logits, loss = forward(self, idx, targets, **kwargs)
+    if self.training:
+        calls[0] += 1
+        if rank == 1 and calls[0] >= 4 and loss is not None:
+            loss = loss * float("nan")
+    return logits, loss
+
+GPT.forward = forward_going_bad_on_rank_1
+sys.argv = ["minitorch-gpu", *sys.argv[1:]]
+from minitorch_gpu.cli import entry_point
+entry_point()
+"""
+
+
+def test_a_nan_on_one_rank_stops_every_rank_and_rank_0_records_it(workdir):
+    config = write_config(workdir, iters=50, interval=100000)
+    launcher = workdir / "nan.py"
+    launcher.write_text(NAN_ON_RANK_1)
+    done = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(launcher), "train",
+                           str(config), "--progress", "lines"], cwd=workdir,
+                          env=environment(workdir), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert "the loss became nan at iteration 3" in done.stderr
+    records = [json.loads(line) for line in
+               (workdir / "ckpts" / "tiny" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1] == {"type": "error", "iter": 3, "error": "loss is nan"}
+
+
 # --- without MPI --------------------------------------------------------------------------
 def test_a_process_no_launcher_started_is_a_group_of_one_without_mpi(monkeypatch):
     for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
