@@ -40,6 +40,7 @@ __all__ = ["DEFAULT_TIMEOUT_S", "MPIProcessGroup", "ProcessGroup", "abort_job",
 
 DEFAULT_TIMEOUT_S = 300.0  # how long a collective waits for the other ranks
 BUCKET_BYTES = 25 * 2 ** 20  # one all-reduce per 25 MiB of gradients, as PyTorch's DDP
+OUTPUT_GRACE_S = 0.5  # how long rank 0 lets mpiexec forward its last lines before aborting
 ABORT_GRACE_S = 3.0  # how long a failing rank other than 0 lets rank 0 finish its own end
 
 # The number of ranks, as each launcher puts it in every rank's environment: MPICH's and
@@ -156,8 +157,9 @@ class MPIProcessGroup(ProcessGroup):
         for stream in (sys.stdout, sys.stderr):  # what this rank said must not be lost
             with contextlib.suppress(Exception):
                 stream.flush()
-        if not self.is_main:
-            time.sleep(ABORT_GRACE_S)
+        # MPI_Abort tears the job down at once, mpiexec's output forwarding with it: give
+        # the lines just written a moment to pass through first
+        time.sleep(ABORT_GRACE_S if not self.is_main else OUTPUT_GRACE_S)
         self.comm.Abort(code)
         raise SystemExit(code)  # not reached: MPI_Abort ends this process too
 
