@@ -32,6 +32,8 @@ from typing import (TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, NoReturn
 
 import numpy as np
 
+from .backend import dtypes
+
 if TYPE_CHECKING:
     from .tensor import Tensor
 
@@ -401,12 +403,13 @@ class _NcclTransport:
         with self.device:  # ncclCommInitRank returns once every rank has called it
             self.comm = nccl.NcclCommunicator(group.world_size, unique_id, group.rank)
         self.types = {np.dtype(np.float32): nccl.NCCL_FLOAT32,
-                      np.dtype(np.float64): nccl.NCCL_FLOAT64}
+                      np.dtype(np.float64): nccl.NCCL_FLOAT64,
+                      dtypes.bfloat16: nccl.NCCL_BFLOAT16, dtypes.float16: nccl.NCCL_FLOAT16}
 
     def _nccl_type(self, buffer: Any) -> int:
         nccl_type = self.types.get(np.dtype(buffer.dtype))
         if nccl_type is None:
-            raise RuntimeError(f"NCCL all-reduce: expected float32 or float64 values, got "
+            raise RuntimeError(f"NCCL all-reduce: expected float values, got "
                                f"{buffer.dtype}")
         return nccl_type
 

@@ -46,6 +46,11 @@ if not mt.cuda.is_available():
     raise SystemExit(f"no usable GPU: {mt.cuda.unavailable_reason()}")
 print(f"{mt.cuda.device_count()} GPU(s); CuPy {cupy.__version__}; "
       f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+import numpy as np
+try:  # CuPy registers bfloat16 only with NumPy >= 2.1.2 and ml_dtypes at import
+    cupy.asarray(np.zeros(2, mt.bfloat16)).astype(np.float32)
+except Exception as exc:
+    raise SystemExit(f"CuPy has no bfloat16 here (NumPy {np.__version__}): {exc}")
 PY
 
 # 1. the cuda half of every table and test (each compares the GPU to NumPy)

@@ -150,3 +150,21 @@ def test_a_gpt_in_bf16_stays_close_to_float32():
         assert p.dtype == mt.float32 and p.grad.dtype == mt.float32  # master weights
         error = np.linalg.norm(p.grad.numpy() - grads32[name]) / np.linalg.norm(grads32[name])
         assert error < 0.03, (name, error)
+
+
+def test_batched_bf16_products_on_each_device(device):
+    """A > 2-D bf16 product (attention's non-flash path, with dropout or a mask) runs on
+    either backend (CuPy 14 routes batched bf16 matmul to a kernel that refuses it, so the
+    backend widens those), and the bias of a bf16 linear is added before the one rounding."""
+    mt.manual_seed(0)
+    a = mt.randn(2, 3, 5, 8, device=device).to(BF16)
+    b = mt.randn(2, 3, 8, 4, device=device).to(BF16)
+    out = a @ b
+    assert out.dtype == BF16 and out.shape == (2, 3, 5, 4)
+    expected = a.float().numpy() @ b.float().numpy()
+    np.testing.assert_allclose(out.float().numpy(), expected, rtol=2 ** -7, atol=1e-6)
+    q = mt.randn(2, 2, 6, 8, device=device, requires_grad=True)
+    with mt.autocast("bf16"):
+        y = F.scaled_dot_product_attention(q, q, q, is_causal=True, dropout_p=0.1)
+    y.float().sum().backward()
+    assert y.dtype == BF16 and q.grad.dtype == mt.float32

@@ -12,6 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .base import Backend, Device, Timer
+from .dtypes import NARROW_FLOATS
 from . import kernels as fused_kernel_module
 
 INSTALL_HINT = ("install CuPy for your CUDA version: pip install -e '.[cuda12]' or "
@@ -99,7 +100,20 @@ class CupyBackend(Backend):
         return array.data.ptr
 
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
+        if target.dtype in NARROW_FLOATS:  # cupyx.scatter_add has no bf16/fp16 loop
+            wide = target.astype(cupy.float32)
+            cupyx.scatter_add(wide, index, values.astype(cupy.float32))
+            target[...] = wide.astype(target.dtype)
+            return
         cupyx.scatter_add(target, index, values)
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        """cuBLAS (gemmEx, float32 accumulation) for bf16 too; but CuPy 14 sends a batched
+        (> 2-D) bf16 product to a kernel that refuses bf16 (cupy/cupy#10317, unreleased
+        fix), so those are widened to float32 first: the same arithmetic."""
+        if (a.dtype in NARROW_FLOATS or b.dtype in NARROW_FLOATS) and max(a.ndim, b.ndim) > 2:
+            return cupy.matmul(a.astype(cupy.float32), b.astype(cupy.float32))
+        return cupy.matmul(a, b)
 
     def erf(self, x: Any) -> Any:
         return _cupy_special.erf(x)

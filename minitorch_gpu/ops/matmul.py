@@ -99,8 +99,9 @@ class Linear(Function):
         rows = x.reshape(-1, x.shape[-1])  # (M, in), M = product of the leading dims
         out = ctx.backend.matmul(rows, weight.T)  # (M, out); weight.T is a view BLAS reads transposed
         if bias is not None:
+            out = widened(out)  # a bf16 product gets its bias in float32: one rounding
             out += bias  # in place: no second activation-sized buffer
-        # bf16 operands accumulate in float32 (ml_dtypes returns float32): round once, here
+        # bf16 operands accumulate in float32: round once, here
         if out.dtype != x.dtype and x.dtype == weight.dtype:
             out = out.astype(x.dtype)
         return out.reshape(x.shape[:-1] + (weight.shape[0],))
