@@ -257,11 +257,10 @@ def _profile(args: argparse.Namespace) -> int:
     from .profiler import PLOT_HINT, profile_model
     try:
         cfg = _load_config(args)
-        for option in ("batch_size", "seq_len", "depth"):
-            value = getattr(args, option)
-            if value is not None and value < (0 if option == "depth" else 1):
-                raise ValueError(f"--{option.replace('_', '-')} must be >= "
-                                 f"{0 if option == 'depth' else 1}, got {value}")
+        for option, value, least in (("--batch-size", args.batch_size, 1),
+                                     ("--seq-len", args.seq_len, 1), ("--depth", args.depth, 0)):
+            if value is not None and value < least:
+                raise ValueError(f"{option} must be >= {least}, got {value}")
         if args.warmup < 0 or args.iters < 1:
             raise ValueError(f"--warmup must be >= 0 and --iters >= 1, got {args.warmup} "
                              f"and {args.iters}")
@@ -320,16 +319,16 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
     import minitorch_gpu as mt
     from .backend import get_backend
     from .machine import set_num_threads
-    from .nn import GPT, GPTConfig
+    from .nn import GPT
+    from .trainer import gpt_config
     set_num_threads(cfg.system.threads)
     device = str(get_backend(cfg.system.device).device)  # an unusable device: RuntimeError
     if checkpoint is not None:
         from .inference import load_for_inference
         model, _, _ = load_for_inference(checkpoint, device, keep_padding=True)
         return model.to(_weights_dtype(cfg))
-    m = cfg.model
-    vocab_size = m.vocab_size
-    if vocab_size is None:  # the tokenizer's: the data must be prepared (it is cached)
+    tokenizer_vocab = None
+    if cfg.model.vocab_size is None:  # the tokenizer's: the data must be prepared (cached)
         from .data import prepare
         try:
             data = prepare(cfg.data, log=lambda line: print(line, file=sys.stderr))
@@ -337,11 +336,9 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
             raise ValueError(f"data: {str(exc).splitlines()[0]} (the vocabulary size comes "
                              f"from the data; --set model.vocab_size=N profiles without it)") \
                 from None
-        vocab_size = -(-data.tokenizer.vocab_size // m.pad_vocab_to) * m.pad_vocab_to
+        tokenizer_vocab = data.tokenizer.vocab_size
     mt.manual_seed(cfg.system.seed)
-    config = GPTConfig(block_size=m.block_size, vocab_size=vocab_size, n_layer=m.n_layer,
-                       n_head=m.n_head, n_embd=m.n_embd, dropout=m.dropout, bias=m.bias)
-    return GPT(config).to(_weights_dtype(cfg)).to(device)
+    return GPT(gpt_config(cfg.model, tokenizer_vocab)).to(_weights_dtype(cfg)).to(device)
 
 
 def _weights_dtype(cfg) -> Any:

@@ -35,7 +35,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -452,6 +452,16 @@ def _median(values: List[float]) -> float:
     return float(np.median(values)) if values else 0.0
 
 
+def _sum_known(values: Iterable[Optional[float]]) -> Optional[float]:
+    """The sum, or None (unknown) when any of ``values`` is."""
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _scaled(value: Optional[float], factor: float) -> Optional[float]:
+    return None if value is None else value * factor
+
+
 def _iqr(values: List[float]) -> float:
     if len(values) < 2:
         return 0.0
@@ -509,17 +519,22 @@ class _Rows:
 
     def subtree_flops_bytes(self, name: str) -> Tuple[Optional[int], Optional[int]]:
         """Counted FLOPs and bytes of everything ``name`` ran, over the whole profile."""
-        flops: Optional[int] = 0
-        nbytes: Optional[int] = 0
         prefix = name + "."
-        for other, calls in self.calls.items():
-            if name and other != name and not other.startswith(prefix):
-                continue
-            for call in calls:
-                cost = self.cost(call)
-                flops = None if flops is None or cost.flops is None else flops + cost.flops
-                nbytes = None if nbytes is None or cost.bytes is None else nbytes + cost.bytes
-        return flops, nbytes
+        costs = [self.cost(call) for other, calls in self.calls.items()
+                 if not name or other == name or other.startswith(prefix) for call in calls]
+        return _sum_known(c.flops for c in costs), _sum_known(c.bytes for c in costs)
+
+    def timed(self, row: Dict[str, Any], calls: List[_Call], times: List[float], total: float,
+              flops: Optional[float], nbytes: Optional[float],
+              roof: Roofline) -> Dict[str, Any]:
+        """Fill ``row`` for ``calls`` that took ``times`` seconds each and did ``flops``
+        and moved ``nbytes`` in all: per-call figures, and the share of a pass."""
+        n = len(calls)
+        per_call = _median(times)
+        per_pass = _median(self.per_pass([(c.pass_index, t) for c, t in zip(calls, times)]))
+        row.update(calls=n, time_ms=per_call * 1e3, spread_ms=_iqr(times) * 1e3,
+                   pass_ms=per_pass * 1e3, percent=100.0 * per_pass / total if total else None)
+        return self.figures(row, _scaled(flops, 1 / n), _scaled(nbytes, 1 / n), per_call, roof)
 
     def figures(self, row: Dict[str, Any], flops: Optional[float], nbytes: Optional[float],
                 seconds: float, roof: Roofline) -> Dict[str, Any]:
@@ -550,16 +565,9 @@ class _Rows:
 
     def module_row(self, name: str, module: Module, depth: int, calls: List[_Call],
                    total: float, roof: Roofline) -> Dict[str, Any]:
-        times = [c.end - c.start for c in calls]
-        per_call = _median(times)
-        per_pass = _median(self.per_pass([(c.pass_index, c.end - c.start) for c in calls]))
-        flops, nbytes = self.subtree_flops_bytes(name)
-        n = len(calls)
-        row = self.base(name, module, depth, "module")
-        row.update(calls=n, time_ms=per_call * 1e3, spread_ms=_iqr(times) * 1e3,
-                   pass_ms=per_pass * 1e3, percent=100.0 * per_pass / total if total else None)
-        self.figures(row, None if flops is None else flops / n,
-                     None if nbytes is None else nbytes / n, per_call, roof)
+        row = self.timed(self.base(name, module, depth, "module"), calls,
+                         [c.end - c.start for c in calls], total,
+                         *self.subtree_flops_bytes(name), roof)
         row["out_bytes"] = _nbytes(*calls[-1].outputs)
         row["params"] = sum(p.numel() for p in module.parameters())
         row["inputs"] = " ".join(_shape_text(s) for s in calls[-1].inputs)
@@ -569,20 +577,12 @@ class _Rows:
 
     def self_row(self, name: str, module: Module, depth: int, calls: List[_Call],
                  total: float, roof: Roofline) -> Dict[str, Any]:
-        times = [max(c.end - c.start - c.child_seconds, 0.0) for c in calls]
-        per_call = _median(times)
-        per_pass = _median(self.per_pass(
-            [(c.pass_index, t) for c, t in zip(calls, times)]))
-        costs = [self.cost(c) for c in calls]
-        flops = None if any(c.flops is None for c in costs) else sum(c.flops for c in costs)
-        nbytes = None if any(c.bytes is None for c in costs) else sum(c.bytes for c in costs)
-        n = len(calls)
+        costs = [self.cost(c) for c in calls]  # its own work only
         row = self.base(name, module, depth, "self")
         row["name"] = f"{row['name']} (self)"
-        row.update(calls=n, time_ms=per_call * 1e3, spread_ms=_iqr(times) * 1e3,
-                   pass_ms=per_pass * 1e3, percent=100.0 * per_pass / total if total else None)
-        self.figures(row, None if flops is None else flops / n,
-                     None if nbytes is None else nbytes / n, per_call, roof)
+        self.timed(row, calls, [max(c.end - c.start - c.child_seconds, 0.0) for c in calls],
+                   total, _sum_known(c.flops for c in costs), _sum_known(c.bytes for c in costs),
+                   roof)
         row.update(out_bytes=None, params=0, inputs="", outputs="", leaf=True)
         return row
 
@@ -603,8 +603,8 @@ class _Rows:
         row = self.base(name, module, depth, "container")
         row.update(calls=0, time_ms=None, spread_ms=None, pass_ms=per_pass * 1e3,
                    percent=100.0 * per_pass / total if total else None)
-        self.figures(row, None if flops is None else flops / self.passes,
-                     None if nbytes is None else nbytes / self.passes, per_pass, roof)
+        self.figures(row, _scaled(flops, 1 / self.passes), _scaled(nbytes, 1 / self.passes),
+                     per_pass, roof)
         row.update(out_bytes=None, params=sum(p.numel() for p in module.parameters()),
                    inputs="", outputs="")
         return row
@@ -643,13 +643,10 @@ class _Rows:
             # twice the forward's work, except for a (self) row: its glue (adds, views)
             # mostly passes gradients through, with no work to speak of
             own = frow["kind"] == "self"
-            flops = None if own or frow["flops"] is None else 2 * frow["flops"]
-            nbytes = None if own or frow["bytes"] is None else 2 * frow["bytes"]
-            if frow["calls"]:  # per forward call: a pass runs calls/passes of them
-                scale = frow["calls"] / self.passes
-                flops = None if flops is None else flops * scale
-                nbytes = None if nbytes is None else nbytes * scale
-            self.figures(row, flops, nbytes, per_pass, roof)
+            # per forward call: a pass runs calls/passes of them
+            scale = 2 * (frow["calls"] / self.passes if frow["calls"] else 1)
+            self.figures(row, None if own else _scaled(frow["flops"], scale),
+                         None if own else _scaled(frow["bytes"], scale), per_pass, roof)
             rows.append(row)
         # what the engine does between nodes (sorting the graph, summing gradients that
         # meet, checks), and nodes recorded outside any module of the model

@@ -47,7 +47,7 @@ from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
 from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
                          save_checkpoint)
-from .config import Config, config_to_yaml
+from .config import Config, ModelConfig, config_to_yaml
 from .data import BatchSampler, prepare
 from .distributed import rank_seed
 from .machine import matmul_peak_flops, set_num_threads
@@ -91,6 +91,24 @@ def run_directory(cfg: Config) -> Path:
     """``checkpoint.dir/run_name``, with ``~`` expanded (a shell leaves ``--set
     checkpoint.dir=~/runs`` as it is)."""
     return Path(cfg.checkpoint.dir).expanduser() / str(cfg.checkpoint.run_name or "run")
+
+
+def gpt_config(model: ModelConfig, tokenizer_vocab: Optional[int]) -> GPTConfig:
+    """The GPT a config's model section describes: its vocabulary is model.vocab_size, or
+    the tokenizer's ``tokenizer_vocab`` rounded up to a multiple of model.pad_vocab_to.
+    ``tokenizer_vocab`` may be None only when model.vocab_size is set."""
+    vocab_size = model.vocab_size
+    if vocab_size is None:
+        if tokenizer_vocab is None:
+            raise TrainingError("model.vocab_size is null: the vocabulary size comes from the "
+                                "data's tokenizer")
+        vocab_size = -(-tokenizer_vocab // model.pad_vocab_to) * model.pad_vocab_to
+    elif tokenizer_vocab is not None and vocab_size < tokenizer_vocab:
+        raise TrainingError(f"model.vocab_size ({vocab_size}) is smaller than the tokenizer's "
+                            f"vocabulary ({tokenizer_vocab}); set it to null")
+    return GPTConfig(block_size=model.block_size, vocab_size=vocab_size, n_layer=model.n_layer,
+                     n_head=model.n_head, n_embd=model.n_embd, dropout=model.dropout,
+                     bias=model.bias)
 
 
 def _silent(message: str) -> None:
@@ -160,19 +178,8 @@ class Trainer:
         manual_seed(cfg.system.seed)
         self.tokenizer = self.data.tokenizer
         self.tokenizer_json = self.tokenizer.to_json()  # into every checkpoint
-        vocab = self.tokenizer.vocab_size
-        if cfg.model.vocab_size is not None:
-            if cfg.model.vocab_size < vocab:
-                raise TrainingError(f"model.vocab_size ({cfg.model.vocab_size}) is smaller than "
-                                    f"the tokenizer's vocabulary ({vocab}); set it to null")
-            vocab_size = cfg.model.vocab_size
-        else:
-            pad = cfg.model.pad_vocab_to
-            vocab_size = -(-vocab // pad) * pad
         m = cfg.model
-        self.model_config = GPTConfig(block_size=m.block_size, vocab_size=vocab_size,
-                                      n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd,
-                                      dropout=m.dropout, bias=m.bias)
+        self.model_config = gpt_config(m, self.tokenizer.vocab_size)
         self.model = GPT(self.model_config).to(self.dtype).to(self.device)
         if group.rank > 0:  # its own dropout masks from here on (the weights are rank 0's)
             manual_seed(rank_seed(cfg.system.seed, group.rank))
@@ -421,10 +428,10 @@ class Trainer:
                     window_start = time.perf_counter()  # evaluation is not training speed
                 if self.iter_num >= t.max_iters:
                     break
-                # the loss over all ranks, and whether any rank got Ctrl-C (mpiexec passes it
-                # to every rank, which may be a step apart): all ranks stop after one step
-                loss, interrupted = group.allreduce_sum([self._step(), float(stop.requested)])
-                loss /= group.world_size
+                loss = self._step()
+                # whether any rank got Ctrl-C (mpiexec passes it to every rank, which may be
+                # a step apart): all ranks stop after the same step
+                interrupted = group.allreduce_sum([float(stop.requested)])[0] > 0
                 self.iter_num += 1
                 window_iters += 1
                 window_loss += loss
@@ -454,21 +461,21 @@ class Trainer:
             train_loss=last["train"], val_loss=last["val"], seconds=seconds)
 
     def _step(self) -> float:
-        """One optimizer step; the mean loss of its micro-batches."""
+        """One optimizer step; the mean loss of its micro-batches over all ranks."""
         t = self.cfg.train
-        total = 0.0
+        total = 0.0  # the losses summed over micro-batches and ranks
         for _ in range(t.grad_accum_steps):
             x, y = self.sampler.next_batch()  # (B, T) each
             with self.precision:  # bf16 products when mixed; backward needs no autocast
                 _, loss = self.model(x, y)
             value = loss.item()
-            # every rank must stop at the same point, so a NaN on any rank counts for all:
-            # the sum over ranks carries it (one float; nothing at all in one process)
-            seen = self.group.allreduce_sum([value])[0] if self.group.world_size > 1 else value
-            if not math.isfinite(seen):
-                self._diverged(value if not math.isfinite(value) else seen)
+            # the sum over ranks (one float; the value itself in one process): every rank
+            # logs the same loss, and a NaN on any rank stops them all at the same point
+            summed = self.group.allreduce_sum([value])[0]
+            if not math.isfinite(summed):
+                self._diverged(value if not math.isfinite(value) else summed)
             (loss * (1.0 / t.grad_accum_steps)).backward()
-            total += value
+            total += summed
         self.group.allreduce_gradients(self.model.parameters())  # the mean over ranks
         if t.grad_clip > 0:
             norm = clip_grad_norm_(self.model.parameters(), t.grad_clip).item()
@@ -476,7 +483,7 @@ class Trainer:
                 self._diverged(norm, what="gradient norm")
         self.optimizer.step()
         self.optimizer.zero_grad()
-        return total / t.grad_accum_steps
+        return total / (t.grad_accum_steps * self.group.world_size)
 
     def _diverged(self, value: float, what: str = "loss") -> None:
         self.optimizer.zero_grad()

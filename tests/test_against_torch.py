@@ -1,8 +1,8 @@
 """The GPT and AdamW against PyTorch, where PyTorch is installed (a development-only
 reference; it is never a dependency, and this file is skipped without it).
 
-A GPT-2 written here directly in torch, with the parameter names nanoGPT uses, loads our
-state dict key by key; logits, loss, every gradient and three AdamW steps must agree in
+A GPT-2 written directly in torch (``minitorch_gpu.torch_reference``), with the parameter
+names nanoGPT uses, loads our state dict key by key; logits, loss, every gradient and three AdamW steps must agree in
 float64.
 """
 from __future__ import annotations
@@ -16,54 +16,14 @@ import minitorch_gpu as mt
 import minitorch_gpu.nn as nn
 
 torch = pytest.importorskip("torch")
-tnn, tF = torch.nn, torch.nn.functional
-
-
-class TorchBlock(tnn.Module):
-    def __init__(self, d: int, n_head: int):
-        super().__init__()
-        self.n_head = n_head
-        self.ln_1, self.ln_2 = tnn.LayerNorm(d), tnn.LayerNorm(d)
-        self.attn = tnn.Module()
-        self.attn.c_attn, self.attn.c_proj = tnn.Linear(d, 3 * d), tnn.Linear(d, d)
-        self.mlp = tnn.Module()
-        self.mlp.c_fc, self.mlp.c_proj = tnn.Linear(d, 4 * d), tnn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = tF.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp.c_proj(tF.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class TorchGPT(tnn.Module):
-    def __init__(self, c: nn.GPTConfig):
-        super().__init__()
-        self.transformer = tnn.ModuleDict(dict(
-            wte=tnn.Embedding(c.vocab_size, c.n_embd), wpe=tnn.Embedding(c.block_size, c.n_embd),
-            h=tnn.ModuleList(TorchBlock(c.n_embd, c.n_head) for _ in range(c.n_layer)),
-            ln_f=tnn.LayerNorm(c.n_embd)))
-        self.lm_head = tnn.Linear(c.n_embd, c.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight
-
-    def forward(self, idx, targets):
-        tr = self.transformer
-        x = tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1]))
-        for block in tr.h:
-            x = block(x)
-        logits = self.lm_head(tr.ln_f(x))
-        return logits, tF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+from minitorch_gpu.torch_reference import TorchGPT  # noqa: E402  (needs torch)
 
 
 @pytest.fixture
 def pair():
     config = nn.GPTConfig(block_size=16, vocab_size=23, n_layer=2, n_head=4, n_embd=32)
     ours = nn.GPT(config).double()
-    theirs = TorchGPT(config).double()
-    state = {k: torch.from_numpy(v.numpy().copy()) for k, v in ours.state_dict().items()}
-    theirs.load_state_dict(state, strict=True)  # every key matches, shapes included
+    theirs = TorchGPT.from_ours(ours)  # every key matches, shapes included
     rng = np.random.default_rng(0)
     idx, targets = rng.integers(0, 23, (3, 16)), rng.integers(0, 23, (3, 16))
     return ours, theirs, idx, targets
