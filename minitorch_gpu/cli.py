@@ -4,6 +4,7 @@
     minitorch-gpu prepare configs/quickstart.yaml [--force]
     minitorch-gpu generate checkpoints/quickstart --prompt "def " --max-new-tokens 200
     minitorch-gpu profile configs/shakespeare_char.yaml --set model.vocab_size=65 [--backward]
+    minitorch-gpu bench [--case baby small] [--threads 2] [--vs-torch] [--quick]
 
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
 2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving), 141 the
@@ -20,6 +21,7 @@ from typing import Any, List, Optional
 # 130 and 141 are what a shell reports for a process ended by SIGINT and SIGPIPE (128 + n)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
 SORT_CHOICES = ("tree", "time", "flops", "name")  # the profiler's; it is imported lazily
+BENCH_CASES = ("baby", "small")  # bench.CASES's keys; bench is imported lazily
 
 
 def _add_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -110,6 +112,28 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     prof.add_argument("--plot", metavar="PATH", help="draw the roofline with each layer on "
                                                      "it (PNG; needs matplotlib)")
+
+    bench = sub.add_parser("bench", help="time a training step and generation",
+                           description="Time the GPT's training step (forward, loss, "
+                                       "backward, AdamW) and KV-cached generation on "
+                                       "nanoGPT's CPU shapes, each case in a fresh process; "
+                                       "one JSON line per case, then a table.")
+    bench.add_argument("--case", nargs="+", choices=BENCH_CASES, default=list(BENCH_CASES),
+                       help="which shapes (default: all)")
+    bench.add_argument("--threads", type=int, help="BLAS threads on both sides (default: "
+                                                   "the libraries' own choice)")
+    bench.add_argument("--vs-torch", action="store_true",
+                       help="also time the same GPT in PyTorch eager and print our/torch "
+                            "ratios (needs torch installed; development only)")
+    bench.add_argument("--steps", type=int, default=30, help="timed training steps "
+                                                             "(default 30)")
+    bench.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
+    bench.add_argument("--new-tokens", type=int, default=200,
+                       help="tokens to generate per run (default 200)")
+    bench.add_argument("--generate-runs", type=int, default=3,
+                       help="timed generation runs (default 3)")
+    bench.add_argument("--quick", action="store_true",
+                       help="a handful of steps and tokens: checks that it runs, not speed")
     return parser
 
 
@@ -341,6 +365,27 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
     return GPT(gpt_config(cfg.model, tokenizer_vocab)).to(_weights_dtype(cfg)).to(device)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import format_table, run_bench
+    for name in ("threads", "steps", "new_tokens", "generate_runs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return _error("bench", f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.warmup < 0:
+        return _error("bench", f"--warmup must be >= 0, got {args.warmup}")
+    if args.quick:
+        args.steps, args.warmup, args.new_tokens, args.generate_runs = 2, 1, 8, 1
+    try:
+        records = run_bench(args.case, vs_torch=args.vs_torch, threads=args.threads,
+                            steps=args.steps, warmup=args.warmup, new_tokens=args.new_tokens,
+                            generate_runs=args.generate_runs,
+                            emit=lambda line: print(line, flush=True))
+    except RuntimeError as exc:
+        return _error("bench", str(exc))
+    print(format_table(records))
+    return 0
+
+
 def _weights_dtype(cfg) -> Any:
     """The weights' dtype, as the trainer keeps them: float32 for bf16 mixed precision."""
     from .trainer import DTYPES
@@ -350,7 +395,7 @@ def _weights_dtype(cfg) -> Any:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"train": _train, "prepare": _prepare, "generate": _generate,
-               "profile": _profile}[args.command]
+               "profile": _profile, "bench": _bench}[args.command]
     try:
         return command(args)
     except BrokenPipeError:  # stdout's reader went away (`... | head`): stop, quietly

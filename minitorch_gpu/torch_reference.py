@@ -5,6 +5,7 @@ only where torch is installed.
 
     reference = TorchGPT.from_ours(model)      # the same shape and weights, key by key
     logits, loss = reference(to_torch(idx), to_torch(targets))
+    tokens = reference.generate(to_torch(prompt), 200, window_shift=32)   # with a KV cache
 
 Attention is written as explicit matrix products (scores, causal mask, softmax, weighted
 sum), the same arithmetic as this project's unfused attention.
@@ -12,6 +13,7 @@ sum), the same arithmetic as this project's unfused attention.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ from torch.nn import functional as tF
 from .nn import GPT, GPTConfig
 from .tensor import Tensor
 
-__all__ = ["TorchBlock", "TorchGPT", "to_torch"]
+__all__ = ["TorchBlock", "TorchGPT", "TorchKVCache", "to_torch"]
 
 
 def to_torch(t: Tensor) -> torch.Tensor:
@@ -41,12 +43,17 @@ class TorchBlock(tnn.Module):
         self.mlp.c_fc = tnn.Linear(d, 4 * d, bias=bias)
         self.mlp.c_proj = tnn.Linear(4 * d, d, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: Optional["TorchKVCache"] = None,
+                layer: int = 0) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])  # (B, nh, T, T)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        start = 0
+        if cache is not None:  # keys and values of the positions before these T
+            start = cache.length
+            k, v = cache.append(layer, k, v)  # (B, nh, start + T, hs)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])  # (B, nh, T, start + T)
+        mask = torch.ones(T, start + T, dtype=torch.bool).tril(start)
         y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v  # (B, nh, T, hs)
         x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.mlp.c_proj(tF.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
@@ -70,11 +77,58 @@ class TorchGPT(tnn.Module):
         reference.load_state_dict(state, strict=True)  # every key matches, shapes included
         return reference
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor):
-        """``(logits, loss)``, as our GPT's ``model(idx, targets)``."""
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                cache: Optional["TorchKVCache"] = None):
+        """``(logits, loss)``, as our GPT's ``model(idx, targets)``; without targets the
+        last position's logits and no loss. With ``cache``, ``idx`` continues its positions."""
         tr = self.transformer
-        x = tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1]))
-        for block in tr.h:
-            x = block(x)
-        logits = self.lm_head(tr.ln_f(x))
+        start = cache.length if cache is not None else 0
+        x = tr.wte(idx) + tr.wpe(torch.arange(start, start + idx.shape[1]))
+        for layer, block in enumerate(tr.h):
+            x = block(x, cache, layer)
+        x = tr.ln_f(x)
+        if cache is not None:
+            cache.length += idx.shape[1]
+        if targets is None:
+            return self.lm_head(x[:, -1:]), None
+        logits = self.lm_head(x)
         return logits, tF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 window_shift: int = 1) -> torch.Tensor:
+        """Sample ``max_new_tokens`` after ``idx`` (B, T) with a KV cache, sliding the window
+        as our ``GPT.generate`` does: when the text outgrows ``block_size`` the oldest
+        ``window_shift`` tokens are dropped and the rest runs again as a new prompt."""
+        block_size = self.transformer.wpe.weight.shape[0]
+        cache, start = None, max(0, idx.shape[1] - block_size)
+        for _ in range(max_new_tokens):
+            if idx.shape[1] - start > block_size:
+                start, cache = idx.shape[1] - (block_size + 1 - window_shift), None
+            if cache is None:
+                cache = TorchKVCache(self, idx.shape[0])
+                logits, _ = self(idx[:, start:], cache=cache)
+            else:
+                logits, _ = self(idx[:, -1:], cache=cache)
+            probs = (logits[:, -1, :] / temperature).softmax(dim=-1)
+            idx = torch.cat([idx, torch.multinomial(probs, 1)], dim=1)
+        return idx
+
+
+class TorchKVCache:
+    """Every layer's keys and values, in (B, n_head, block_size, head_dim) buffers made once."""
+
+    def __init__(self, model: TorchGPT, batch_size: int):
+        block = model.transformer.h[0]
+        block_size, d = model.transformer.wpe.weight.shape
+        shape = (batch_size, block.n_head, block_size, d // block.n_head)
+        dtype = model.lm_head.weight.dtype
+        self.keys = [torch.zeros(shape, dtype=dtype) for _ in model.transformer.h]
+        self.values = [torch.zeros(shape, dtype=dtype) for _ in model.transformer.h]
+        self.length = 0
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        end = self.length + k.shape[2]
+        self.keys[layer][:, :, self.length:end] = k
+        self.values[layer][:, :, self.length:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]

@@ -1,0 +1,228 @@
+"""How fast this machine trains and samples the GPT, and against PyTorch eager if asked.
+
+Two cases, nanoGPT's CPU shapes (float32, dropout 0)::
+
+    baby   n_layer 4, n_head 4, n_embd 128, block_size 64,  batch 12, vocab 65
+    small  n_layer 6, n_head 6, n_embd 384, block_size 256, batch 8,  vocab 65
+
+For each case and side a fresh Python process (so neither side's thread pools, allocator
+or lazily loaded kernels touch the other's, and its peak memory is its own) times:
+
+* the training step a trainer runs, forward + cross-entropy + backward + AdamW (nanoGPT's
+  settings: lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the 2-D weights): the median
+  step over ``steps`` steps after ``warmup``, tokens/s, and MFU against the float32 matmul
+  peak of this machine measured in the same process with the same threads;
+* the peak resident memory of training: the process's high-water mark once the steps ran,
+  less its resident size just before the model was built (the imports' share left out);
+* generation at batch 1 with the KV cache: a 16-token prompt, 200 new tokens, temperature
+  1; past ``block_size`` the window slides by half a block (both sides alike).
+
+The torch side (``--vs-torch``, development only: torch is never a dependency) is
+``torch_reference.TorchGPT`` with our model's initial weights, explicit-matmul attention,
+``torch.optim.AdamW`` with the same groups and settings, and an equivalent KV cache.
+
+    python scripts/bench.py --vs-torch --threads 2        # or: minitorch-gpu bench ...
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+__all__ = ["CASES", "run_bench", "format_table", "torch_available"]
+
+CASES: Dict[str, Dict[str, int]] = {
+    "baby": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, vocab_size=65),
+    "small": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=8,
+                  vocab_size=65),
+}
+SIDES = ("minitorch", "torch")
+LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.99), 0.1  # nanoGPT's Shakespeare settings
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def torch_available() -> bool:
+    """Whether torch can be imported here (checked without importing it)."""
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
+# --- inside one measuring process -------------------------------------------------------
+def _memory_mb(field: str) -> float:
+    """VmRSS (now) or VmHWM (the high-water mark) of this process, in MB; 0 off Linux."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return 0.0
+
+
+def _times_ms(run: Callable[[], Any], repeats: int) -> List[float]:
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
+def _build(side: str, shape: Dict[str, int]):
+    """(model, optimizer, batches, training FLOPs per step) for one side; both sides start
+    from the same weights and see the same batches."""
+    import numpy as np
+
+    import minitorch_gpu as mt
+    from minitorch_gpu import nn
+    mt.manual_seed(1337)
+    config = nn.GPTConfig(block_size=shape["block_size"], vocab_size=shape["vocab_size"],
+                          n_layer=shape["n_layer"], n_head=shape["n_head"],
+                          n_embd=shape["n_embd"], dropout=0.0, bias=True)
+    ours = nn.GPT(config)
+    rng = np.random.default_rng(0)
+    B, T, V = shape["batch_size"], shape["block_size"], shape["vocab_size"]
+    data = [(rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T))) for _ in range(4)]
+    flops = ours.flops_per_token() * B * T
+    if side == "minitorch":
+        optimizer = ours.configure_optimizers(WEIGHT_DECAY, LR, BETAS)
+        return ours, optimizer, [(mt.tensor(x), mt.tensor(y)) for x, y in data], flops
+    import torch
+
+    from minitorch_gpu.torch_reference import TorchGPT
+    model = TorchGPT.from_ours(ours)
+    del ours
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=LR, betas=BETAS)
+    return model, optimizer, [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data], flops
+
+
+def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: int,
+            new_tokens: int, generate_runs: int) -> Dict[str, Any]:
+    """One case on one side, in this process: what ``run_bench`` prints for it."""
+    import numpy as np
+
+    from minitorch_gpu.machine import _measure_matmul, set_num_threads
+    set_num_threads(threads)
+    if side == "torch":
+        import torch
+        if threads is not None:
+            torch.set_num_threads(threads)
+    shape = CASES[case]
+    peak = _measure_matmul("cpu", np.float32, 2048, 5)  # our BLAS, this process's threads
+    rss_before = _memory_mb("VmRSS")
+    model, optimizer, batches, flops_per_step = _build(side, shape)
+
+    def step(i: int) -> None:
+        x, y = batches[i % len(batches)]
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+
+    for i in range(warmup):
+        step(i)
+    counter = iter(range(steps))
+    step_ms = _times_ms(lambda: step(next(counter)), steps)
+    train_peak_mb = _memory_mb("VmHWM")
+
+    model.eval()
+    B, T = shape["batch_size"], shape["block_size"]
+    prompt = batches[0][0][:1, :16]
+
+    def generate() -> None:  # the same signature on both sides
+        model.generate(prompt, new_tokens, 1.0, window_shift=T // 2)
+
+    generate()  # warm-up
+    generate_ms = statistics.median(_times_ms(generate, generate_runs))
+    median = statistics.median(step_ms)
+    return {
+        "case": case, "side": side, "threads": threads, **shape, "steps": steps,
+        "step_ms": {"median": median, "min": min(step_ms), "max": max(step_ms)},
+        "train_tokens_per_s": B * T / (median / 1e3),
+        "mfu": flops_per_step / (median / 1e3) / peak,
+        "matmul_peak_gflop_per_s": peak / 1e9,
+        "train_memory_mb": train_peak_mb - rss_before, "peak_rss_mb": train_peak_mb,
+        "generate_new_tokens": new_tokens,
+        "generate_tokens_per_s": new_tokens / (generate_ms / 1e3),
+    }
+
+
+# --- the parent: one process per case and side ------------------------------------------
+def _run_child(side: str, case: str, threads: Optional[int], steps: int, warmup: int,
+               new_tokens: int, generate_runs: int) -> Dict[str, Any]:
+    env = dict(os.environ)
+    if threads is not None:  # BLAS libraries read these once, when they load
+        env.update({name: str(threads) for name in THREAD_VARIABLES})
+    spec = json.dumps(dict(side=side, case=case, threads=threads, steps=steps, warmup=warmup,
+                           new_tokens=new_tokens, generate_runs=generate_runs))
+    done = subprocess.run([sys.executable, "-m", "minitorch_gpu.bench", spec], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench: the {side} {case} run failed (exit {done.returncode}):\n"
+                           f"{done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = False,
+              threads: Optional[int] = None, steps: int = 30, warmup: int = 5,
+              new_tokens: int = 200, generate_runs: int = 3,
+              emit: Callable[[str], None] = print) -> List[Dict[str, Any]]:
+    """Measure each case (ours, then torch's when ``vs_torch``), ``emit`` one JSON line per
+    case and side as it finishes, then, with torch, one line of our/torch ratios per case.
+    Returns every record."""
+    cases = list(cases)
+    for case in cases:
+        if case not in CASES:
+            raise ValueError(f"bench: unknown case {case!r}, expected one of {sorted(CASES)}")
+    if vs_torch and not torch_available():
+        raise RuntimeError("bench: --vs-torch needs torch, which is not installed (a "
+                           "development-only comparison: pip install torch)")
+    records = []
+    for case in cases:
+        pair = []
+        for side in SIDES[:2 if vs_torch else 1]:
+            record = _run_child(side, case, threads, steps, warmup, new_tokens, generate_runs)
+            emit(json.dumps(record))
+            pair.append(record)
+        records.extend(pair)
+        if vs_torch:
+            ours, theirs = pair
+            ratio = {"case": case, "side": "minitorch/torch",
+                     "train_tokens_per_s": ours["train_tokens_per_s"]
+                     / theirs["train_tokens_per_s"],
+                     "generate_tokens_per_s": ours["generate_tokens_per_s"]
+                     / theirs["generate_tokens_per_s"],
+                     "train_memory_mb": ours["train_memory_mb"] / theirs["train_memory_mb"]}
+            emit(json.dumps(ratio))
+            records.append(ratio)
+    return records
+
+
+def format_table(records: List[Dict[str, Any]]) -> str:
+    """The records as a short table, ratio rows included."""
+    lines = [f"{'case':6s} {'side':16s} {'step ms':>8s} {'train tok/s':>11s} {'MFU':>6s} "
+             f"{'gen tok/s':>9s} {'train MB':>8s}"]
+    for r in records:
+        if r["side"] == "minitorch/torch":
+            lines.append(f"{r['case']:6s} {'ratio ours/torch':16s} {'':>8s} "
+                         f"{r['train_tokens_per_s']:10.2f}x {'':>6s} "
+                         f"{r['generate_tokens_per_s']:8.2f}x {r['train_memory_mb']:7.2f}x")
+        else:
+            lines.append(f"{r['case']:6s} {r['side']:16s} {r['step_ms']['median']:8.1f} "
+                         f"{r['train_tokens_per_s']:11.0f} {100 * r['mfu']:5.1f}% "
+                         f"{r['generate_tokens_per_s']:9.0f} {r['train_memory_mb']:8.0f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # one measuring process, started by _run_child
+    print(json.dumps(measure(**json.loads(sys.argv[1]))), flush=True)

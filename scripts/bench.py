@@ -1,0 +1,13 @@
+"""Training-step and generation speed of the GPT, optionally against PyTorch eager.
+
+The same as ``minitorch-gpu bench`` (see ``minitorch_gpu/bench.py``):
+
+    python scripts/bench.py --vs-torch --threads 2
+    python scripts/bench.py --case small --steps 20
+"""
+import sys
+
+from minitorch_gpu.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["bench", *sys.argv[1:]]))
