@@ -117,7 +117,6 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
         if threads is not None:
             torch.set_num_threads(threads)
     shape = CASES[case]
-    peak = _measure_matmul("cpu", np.float32, 2048, 5)  # our BLAS, this process's threads
     rss_before = _memory_mb("VmRSS")
     model, optimizer, batches, flops_per_step = _build(side, shape)
 
@@ -144,6 +143,9 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
 
     generate()  # warm-up
     generate_ms = statistics.median(_times_ms(generate, generate_runs))
+    # last, so that the memory it frees is not counted as the model's: our BLAS (NumPy's)
+    # with this process's threads, the yardstick of both sides' MFU
+    peak = _measure_matmul("cpu", np.float32, 2048, 5)
     median = statistics.median(step_ms)
     return {
         "case": case, "side": side, "threads": threads, **shape, "steps": steps,

@@ -1,7 +1,8 @@
 """The neural-network ops as functions (what ``torch.nn.functional`` holds)."""
 from .ops import (cross_entropy, dropout, embedding, gelu, layer_norm, linear, log_softmax,
-                  relu, scaled_dot_product_attention, sigmoid, softmax, tanh)
+                  packed_causal_attention, relu, scaled_dot_product_attention, sigmoid,
+                  softmax, tanh)
 
 
 __all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "linear",
-           "log_softmax", "relu", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
+           "log_softmax", "packed_causal_attention", "relu", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]

@@ -43,7 +43,7 @@ from . import autograd
 from .autograd import AccumulateGrad
 from .nn import (GELU, GPT, MLP, Block, CausalSelfAttention, CrossEntropyLoss, Dropout,
                  Embedding, Identity, LayerNorm, Linear, Module, ModuleDict, ModuleList,
-                 ReLU, ScaledDotProductAttention, Sequential, Tanh)
+                 PackedCausalAttention, ReLU, ScaledDotProductAttention, Sequential, Tanh)
 from .tensor import Tensor
 
 __all__ = ["profile", "Profile", "Roofline", "register_cost", "SORT_KEYS"]
@@ -146,22 +146,35 @@ def _identity_cost(m: Module, training: bool, inputs: List[Spec],
     return Cost(0, 0)
 
 
+def _scores_cost(heads: int, L: int, S: int, E: int, Ev: int, dropout: bool) -> int:
+    """FLOPs of attention over ``heads`` (batch x heads) (L, S) score matrices: Q K^T and
+    A V over the full square (the causal half is not subtracted, as in flops_per_token);
+    softmax: scale, max, subtract, exp, sum, divide ~ 5 per score; dropout 3 more."""
+    scores = heads * L * S
+    return 2 * scores * E + 2 * scores * Ev + (8 if dropout else 5) * scores
+
+
 @register_cost(ScaledDotProductAttention)
 def _attention_cost(m: ScaledDotProductAttention, training: bool, inputs: List[Spec],
                     outputs: List[Spec]) -> Cost:
     q, k, v = inputs[:3]
     L, E = q[0][-2:]
     S, Ev = v[0][-2:]
-    heads = _numel(q) // (L * E)  # batch x heads
-    scores = heads * L * S
-    # Q K^T and A V over the full square (the causal half is not subtracted, as in
-    # flops_per_token); softmax: scale, max, subtract, exp, sum, divide ~ 5 per score
-    flops = 2 * scores * E + 2 * scores * Ev + 5 * scores
-    if training and m.dropout > 0.0:
-        flops += 3 * scores
+    flops = _scores_cost(_numel(q) // (L * E), L, S, E, Ev, training and m.dropout > 0.0)
     # the least traffic: q, k, v read and the output written once. An implementation that
     # writes the T x T scores to memory moves far more; a flash-style one moves this.
     return Cost(flops, _nbytes(q, k, v, outputs[0]))
+
+
+@register_cost(PackedCausalAttention)
+def _packed_attention_cost(m: PackedCausalAttention, training: bool, inputs: List[Spec],
+                           outputs: List[Spec]) -> Cost:
+    (qkv,) = inputs[:1]
+    B, T, C3 = qkv[0]
+    head_dim = C3 // (3 * m.n_head)
+    flops = _scores_cost(B * m.n_head, T, T, head_dim, head_dim,
+                         training and m.dropout > 0.0)
+    return Cost(flops, _nbytes(qkv, outputs[0]))  # qkv read, the output written
 
 
 @register_cost(CrossEntropyLoss)

@@ -534,6 +534,22 @@ attention_case("sdpa-bool-mask-value-batch", (3, 4), (5, 4), (2, 5, 2),
                mask=np.stack([SDPA_BOOL_MASK, SDPA_BOOL_MASK[::-1]]))
 attention_case("sdpa-float-mask-value-batch", (3, 4), (5, 4), (2, 5, 2), mask=SDPA_FLOAT_MASK)
 
+
+def packed_attention_ref(qkv: np.ndarray, n_head: int) -> np.ndarray:
+    """Split (B, T, 3C) into q, k, v heads (B, nh, T, hs), attend causally, heads side by
+    side again: (B, T, C)."""
+    B, T, C3 = qkv.shape
+    heads = qkv.reshape(B, T, 3, n_head, C3 // (3 * n_head)).transpose(2, 0, 3, 1, 4)
+    out = attention_ref(*heads, causal=True)  # (B, nh, T, hs)
+    return out.transpose(0, 2, 1, 3).reshape(B, T, C3 // 3)
+
+
+for name, shape, n_head in (("packed-causal-attention", (2, 5, 12), 2),
+                            ("packed-causal-attention-one-head", (1, 4, 9), 1),
+                            ("packed-causal-attention-t1", (3, 1, 18), 3)):
+    case(name, lambda qkv, n=n_head: F.packed_causal_attention(qkv, n),
+         lambda qkv, n=n_head: packed_attention_ref(qkv, n), Float(shape), float32=True)
+
 # --- shape ops and views ------------------------------------------------------------------
 X234 = Float((2, 3, 4))
 case("transpose", lambda x: x.transpose(0, 2), lambda x: np.swapaxes(x, 0, 2), X234)

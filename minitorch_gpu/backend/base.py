@@ -123,11 +123,12 @@ class Backend:
     def erf(self, x: Any) -> Any:
         raise NotImplementedError
 
-    def matmul(self, a: Any, b: Any) -> Any:
+    def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
         """``a @ b`` as the device does it best, accumulating bf16 operands in float32; the
         result may come back wider than the operands (float32 for bf16 on the CPU), and the
-        op rounds it to its output dtype."""
-        return self.xp.matmul(a, b)
+        op rounds it to its output dtype. With ``out`` (any strides, e.g. a transposed view
+        into a bigger buffer) the product is written there, rounded to its dtype."""
+        return self.xp.matmul(a, b, out=out)
 
     def stable_argsort(self, array: Any, axis: int) -> Any:
         """Indices that sort ``array`` ascending along ``axis``, equal elements keeping

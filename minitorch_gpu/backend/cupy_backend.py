@@ -107,13 +107,21 @@ class CupyBackend(Backend):
             return
         cupyx.scatter_add(target, index, values)
 
-    def matmul(self, a: Any, b: Any) -> Any:
+    def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
         """cuBLAS (gemmEx, float32 accumulation) for bf16 too; but CuPy 14 sends a batched
         (> 2-D) bf16 product to a kernel that refuses bf16 (cupy/cupy#10317, unreleased
-        fix), so those are widened to float32 first: the same arithmetic."""
+        fix), so those are widened to float32 first: the same arithmetic. ``out`` receives
+        the product, rounded to its dtype."""
         if (a.dtype in NARROW_FLOATS or b.dtype in NARROW_FLOATS) and max(a.ndim, b.ndim) > 2:
-            return cupy.matmul(a.astype(cupy.float32), b.astype(cupy.float32))
-        return cupy.matmul(a, b)
+            product = cupy.matmul(a.astype(cupy.float32), b.astype(cupy.float32))
+        elif out is not None and a.dtype == b.dtype == out.dtype:
+            return cupy.matmul(a, b, out=out)
+        else:
+            product = cupy.matmul(a, b)
+        if out is None:
+            return product
+        out[...] = product
+        return out
 
     def erf(self, x: Any) -> Any:
         return _cupy_special.erf(x)

@@ -10,6 +10,7 @@ import numpy as np
 
 from .base import Backend, Device
 from .dtypes import NARROW_FLOATS
+from .host_memory import cache_freed_memory
 
 _SQRT_PI = math.sqrt(math.pi)
 
@@ -19,6 +20,12 @@ class NumpyBackend(Backend):
     device = Device("cpu")
     rng_kind = "numpy"
     _RNG_KEYS = frozenset({"kind", "bit_generator", "state", "inc", "has_uint32", "uinteger"})
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        # activations are freed and allocated again every step: keep freed blocks mapped
+        # for reuse rather than page-faulting fresh ones in (host_memory.py)
+        cache_freed_memory()
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> np.ndarray:
         if hasattr(data, "__cuda_array_interface__"):  # a CuPy array
@@ -41,15 +48,22 @@ class NumpyBackend(Backend):
     def erf(self, x: np.ndarray) -> np.ndarray:
         return _erf(x)
 
-    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def matmul(self, a: np.ndarray, b: np.ndarray,
+               out: Optional[np.ndarray] = None) -> np.ndarray:
         """bf16/fp16 operands are widened to float32 (exactly) and multiplied by float32
         BLAS: the same arithmetic as a tensor core's (products exact, float32 sums), many
-        times faster than ml_dtypes' own bf16 matmul loop."""
+        times faster than ml_dtypes' own bf16 matmul loop. ``out`` of the operands' dtype
+        is written by BLAS directly, whatever its strides (NumPy passes the row stride)."""
+        if out is not None and a.dtype == b.dtype == out.dtype and a.dtype not in NARROW_FLOATS:
+            return np.matmul(a, b, out=out)
         if a.dtype in NARROW_FLOATS:
             a = a.astype(np.float32)
         if b.dtype in NARROW_FLOATS:
             b = b.astype(np.float32)  # a float64 operand stays float64, as NumPy promotes
-        return np.matmul(a, b)
+        if out is None:
+            return np.matmul(a, b)
+        out[...] = np.matmul(a, b)  # rounded to out's dtype
+        return out
 
     def stable_argsort(self, array: np.ndarray, axis: int) -> np.ndarray:
         return np.argsort(array, axis=axis, kind="stable")  # the default is not stable

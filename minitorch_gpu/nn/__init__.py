@@ -9,13 +9,13 @@ from . import functional, init, utils
 from .containers import ModuleDict, ModuleList, Sequential
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig, KVCache
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, Identity, LayerNorm, Linear,
-                     ReLU, ScaledDotProductAttention, Tanh)
+                     PackedCausalAttention, ReLU, ScaledDotProductAttention, Tanh)
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .parameter import Parameter
 from .sampling import sample_next_token
 
 __all__ = ["GELU", "GPT", "Block", "CausalSelfAttention", "CrossEntropyLoss", "Dropout",
            "Embedding", "GPTConfig", "Identity", "IncompatibleKeys", "KVCache", "LayerNorm",
-           "Linear", "MLP", "Module", "ModuleDict", "ModuleList", "Parameter", "ReLU",
-           "RemovableHandle", "ScaledDotProductAttention", "Sequential", "Tanh", "functional",
-           "init", "sample_next_token", "utils"]
+           "Linear", "MLP", "Module", "ModuleDict", "ModuleList", "PackedCausalAttention",
+           "Parameter", "ReLU", "RemovableHandle", "ScaledDotProductAttention", "Sequential",
+           "Tanh", "functional", "init", "sample_next_token", "utils"]

@@ -17,10 +17,11 @@ from ..backend import dtypes
 from ..creation import arange, ones, zeros
 from ..ops import cat
 from ..tensor import Tensor
+from .. import functional as F
 from . import init
 from .containers import ModuleDict, ModuleList
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear,
-                     ScaledDotProductAttention)
+                     PackedCausalAttention)
 from .module import Module
 from .parameter import Parameter
 from .sampling import check_sampling, sample_next_token
@@ -102,35 +103,43 @@ class KVCache:
 
 class CausalSelfAttention(Module):
     """Multi-head self-attention where each position attends to itself and the positions
-    before it. One fused op (``core``) does softmax(q k^T / sqrt(hs)) v for all heads at once."""
+    before it. One fused op (``core``) does softmax(q k^T / sqrt(hs)) v for all heads at once,
+    reading the heads in place from c_attn's (B, T, 3C) output."""
 
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
         self.c_attn = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # q, k, v
-        self.core = ScaledDotProductAttention(config.dropout)
+        self.core = PackedCausalAttention(config.n_head, config.dropout)
         self.c_proj = Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = Dropout(config.dropout)
         self.n_head, self.n_embd = config.n_head, config.n_embd
         self.layer = layer  # which KVCache slot is ours
 
     def forward(self, x: Tensor, kv_cache: Optional[KVCache] = None) -> Tensor:
-        B, T, C = x.shape
-        nh, hs = self.n_head, C // self.n_head
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each, views
-        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs), strides only
-        k = k.view(B, T, nh, hs).transpose(1, 2)
-        v = v.view(B, T, nh, hs).transpose(1, 2)
-        causal, mask = True, None
-        if kv_cache is not None:
-            start = kv_cache.length
-            k, v = kv_cache.append(self.layer, k, v)  # (B, nh, start + T, hs)
-            if start:  # query i sits at position start + i: it sees keys 0 .. start + i
-                causal = False
-                if T > 1:
-                    mask = ones(T, start + T, dtype=dtypes.bool_, device=x.device).tril(start)
-        y = self.core(q, k, v, attn_mask=mask, is_causal=causal)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).reshape(B, T, C)  # heads side by side again (one copy)
+        qkv = self.c_attn(x)  # (B, T, 3C): q, k, v side by side
+        if kv_cache is None:
+            y = self.core(qkv)  # (B, T, C), heads side by side
+        else:
+            y = self._cached_attention(qkv, kv_cache)
         return self.resid_dropout(self.c_proj(y))
+
+    def _cached_attention(self, qkv: Tensor, kv_cache: KVCache) -> Tensor:
+        """Attention of these T positions over the cached ones and themselves (inference)."""
+        B, T, _ = qkv.shape
+        C, nh = self.n_embd, self.n_head
+        q, k, v = qkv.split(C, dim=2)  # (B, T, C) each, views
+        q = q.view(B, T, nh, C // nh).transpose(1, 2)  # (B, nh, T, hs), strides only
+        k = k.view(B, T, nh, C // nh).transpose(1, 2)
+        v = v.view(B, T, nh, C // nh).transpose(1, 2)
+        start = kv_cache.length
+        k, v = kv_cache.append(self.layer, k, v)  # (B, nh, start + T, hs)
+        causal, mask = True, None
+        if start:  # query i sits at position start + i: it sees keys 0 .. start + i
+            causal = False
+            if T > 1:
+                mask = ones(T, start + T, dtype=dtypes.bool_, device=qkv.device).tril(start)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        return y.transpose(1, 2).reshape(B, T, C)  # heads side by side again (one copy)
 
 
 class MLP(Module):

@@ -175,6 +175,26 @@ class ScaledDotProductAttention(Module):
         return f"dropout={self.dropout}"
 
 
+class PackedCausalAttention(Module):
+    """GPT's attention core: causal self-attention of ``n_head`` heads from the packed
+    projection qkv (B, T, 3C) to (B, T, C), heads side by side, with no head copied either
+    way (``F.packed_causal_attention``). Dropout on the weights in training mode only."""
+
+    def __init__(self, n_head: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.n_head = _positive_int(n_head, "PackedCausalAttention", "n_head")
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"PackedCausalAttention: dropout must be in [0, 1], got {dropout}")
+        self.dropout = float(dropout)
+
+    def forward(self, qkv: Tensor) -> Tensor:
+        return F.packed_causal_attention(qkv, self.n_head,
+                                         dropout_p=self.dropout if self.training else 0.0)
+
+    def extra_repr(self) -> str:
+        return f"n_head={self.n_head}, dropout={self.dropout}"
+
+
 class CrossEntropyLoss(Module):
     """The mean cross-entropy between logits (N, C) and class ids (N,), as a module (as
     PyTorch's): ``ignore_index`` targets count for nothing."""

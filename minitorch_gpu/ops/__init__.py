@@ -17,7 +17,7 @@ from .normalization import layer_norm
 from .loss import cross_entropy
 from .embedding import embedding
 from .dropout import dropout
-from .attention import scaled_dot_product_attention
+from .attention import packed_causal_attention, scaled_dot_product_attention
 
 # the functions only: the submodules (shape, reduce, ...) must not land in ``minitorch_gpu``
 __all__ = [name for name, value in globals().items()

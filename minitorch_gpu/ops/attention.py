@@ -3,9 +3,16 @@
 softmax(q k^T * scale + mask) v, with the scores computed in one buffer that is masked,
 soft-maxed and (in training) dropped out in place. Backward uses the saved probabilities:
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),  dQ = dS K s,  dK = dS^T Q s.
-The (L, S) probability matrix is kept per head. On a CUDA backend, float32 attention
-without a mask or dropout goes to the flash-attention kernels (backend/kernels/attention.cu)
-instead, which keep only each query's log-sum-exp and never store the (L, S) matrix.
+The (L, S) probability matrix is kept per head. Three other paths keep only each query's
+log-sum-exp instead and recompute the probabilities in backward, never holding (L, S):
+on a CUDA backend, float32 attention without a mask or dropout goes to the flash-attention
+kernels (backend/kernels/attention.cu); elsewhere, the same attention with at least
+``TILED_FROM`` keys goes to the tiled, online-softmax loop of ``attention_tiled.py``.
+
+``PackedCausalAttention`` is GPT's form of it: causal self-attention that reads q, k and
+v as strided views of the (B, T, 3C) projection and writes the heads side by side into
+(B, T, C), with its gradient written straight into one (B, T, 3C) buffer: no split, no
+head transposes, no copies, one node instead of a dozen.
 """
 from __future__ import annotations
 
@@ -17,90 +24,188 @@ from ..backend import dtypes
 from ..tensor import Tensor
 from ._util import (autocast_lower, check_broadcast, require_float, require_tensor, unbroadcast,
                     widened)
+from .attention_tiled import tiled_attention_backward, tiled_attention_forward
 from .softmax import softmax_
+
+
+TILED_FROM = 1024  # keys from which attention without mask or dropout is tiled (memory)
+
+
+def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
+    """The forward of every path, on raw arrays: returns (output, saved), where ``saved`` is
+    what ``_attend_backward`` needs besides q, k and v. ``out`` receives the output."""
+    xp = ctx.xp
+    kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/attention.cu
+    ctx.scale, ctx.causal, ctx.dropout_p = scale, causal, dropout_p
+    if kernels is not None and kernels.supports_flash_attention(q, k, v, mask, dropout_p):
+        # tiled, online softmax in float32 (bf16 inputs widened, the output rounded back);
+        # q, k, v are saved as given, bf16 under autocast, and the float32 output for
+        # backward's rowsum
+        ctx.path, ctx.kernels = "kernel", kernels
+        result, lse = kernels.flash_attention_forward(widened(q), widened(k), widened(v),
+                                                      causal, scale)
+        return _into(out, result.astype(q.dtype, copy=False)), (result, lse)
+    if mask is None and dropout_p == 0.0 and k.shape[-2] >= TILED_FROM and \
+            q.dtype == k.dtype == v.dtype and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        ctx.path = "tiled"  # memory-efficient: never more than a tile of the scores
+        result, lse = tiled_attention_forward(xp, ctx.backend.matmul, widened(q), widened(k),
+                                              widened(v), causal, scale)
+        return _into(out, result.astype(q.dtype, copy=False)), (result, lse)
+    ctx.path = "full"
+    scores = ctx.backend.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
+    scores = widened(scores)  # bf16/fp16 scores: softmax in float32
+    scores *= scale
+    L, S = scores.shape[-2:]
+    no_key = None  # rows where the mask leaves a query no key to attend to
+    if causal:  # query i sees keys 0..i (top-left aligned, as PyTorch's is_causal)
+        xp.copyto(scores, -xp.inf, where=xp.triu(xp.ones((L, S), dtype=bool), k=1))
+    elif mask is not None:
+        shape = xp.broadcast(scores, mask).shape  # the mask may have batch dims only v has
+        if shape != scores.shape:
+            scores = xp.ascontiguousarray(xp.broadcast_to(scores, shape))
+        if mask.dtype == bool:  # True = may attend
+            xp.copyto(scores, -xp.inf, where=~mask)
+        else:  # additive float mask
+            scores += mask
+        no_key = scores.max(axis=-1, keepdims=True) == -xp.inf  # (..., L, 1)
+    probs = softmax_(scores, -1, xp).astype(q.dtype, copy=False)
+    if no_key is not None:
+        # a query the mask lets see no key gets all-zero weights, as in PyTorch, rather
+        # than softmax's 0/0 = nan (which would reach every gradient)
+        xp.copyto(probs, 0, where=no_key)
+    keep = None
+    attended = probs
+    if dropout_p > 0.0:
+        keep = ctx.backend.rand(probs.shape, dtypes.float32) >= dropout_p
+        attended = probs * keep
+        attended *= 1.0 / (1.0 - dropout_p)
+    dtype = xp.result_type(q.dtype, v.dtype)  # bf16 stays bf16
+    if out is not None and out.shape == attended.shape[:-1] + v.shape[-1:]:
+        return ctx.backend.matmul(attended, v, out=out), (probs, keep)
+    result = ctx.backend.matmul(attended, v)  # (..., L, Ev)
+    return _into(out, result.astype(dtype, copy=False)), (probs, keep)
+
+
+def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v=True,
+                     outs=(None, None, None)):
+    """(grad_q, grad_k, grad_v) of ``_attend``, of the broadcast shapes (None where not
+    needed); each written into its ``outs`` array when one is given."""
+    xp = ctx.xp
+    out_q, out_k, out_v = outs
+    if ctx.path == "kernel":
+        result, lse = saved
+        grads = ctx.kernels.flash_attention_backward(
+            widened(q), widened(k), widened(v), result, widened(grad), lse, ctx.causal,
+            ctx.scale)  # float32 gradients: the engine rounds them to q, k, v's dtype
+        return tuple(_into(o, g) for o, g in zip(outs, grads))
+    if ctx.path == "tiled":
+        result, lse = saved
+        grads = tiled_attention_backward(xp, ctx.backend.matmul, widened(q), widened(k),
+                                         widened(v), result, lse, widened(grad), ctx.causal,
+                                         ctx.scale)
+        return tuple(_into(o, g) for o, g in zip(outs, grads))
+    probs, keep = saved
+    matmul = ctx.backend.matmul
+    attended = probs
+    if keep is not None:
+        attended = probs * keep * (1.0 / (1.0 - ctx.dropout_p))
+    grad_v = matmul(xp.swapaxes(attended, -1, -2), grad, out=out_v) if need_v else None
+    grad_q = grad_k = None
+    if need_q or need_k:
+        d_probs = matmul(grad, xp.swapaxes(v, -1, -2))  # (..., L, S)
+        if keep is not None:
+            d_probs *= keep
+            d_probs *= 1.0 / (1.0 - ctx.dropout_p)
+        # softmax backward, in place: dS = P * (dP - rowsum(dP * P))
+        d_scores = d_probs
+        d_scores -= (d_probs * probs).sum(axis=-1, keepdims=True)
+        d_scores *= probs
+        d_scores *= ctx.scale
+        if need_q:
+            grad_q = matmul(d_scores, k, out=out_q)
+        if need_k:
+            grad_k = matmul(xp.swapaxes(d_scores, -1, -2), q, out=out_k)
+    return grad_q, grad_k, grad_v
+
+
+def _into(out, array):
+    """``array``, copied into ``out`` when one is given (and then ``out``)."""
+    if out is None:
+        return array
+    out[...] = array
+    return out
 
 
 class ScaledDotProductAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, scale, dropout_p):
-        xp = ctx.xp
-        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/attention.cu
-        ctx.kernels = kernels if kernels is not None and kernels.supports_flash_attention(
-            q, k, v, mask, dropout_p) else None
-        if ctx.kernels is not None:  # tiled, online softmax: no (L, S) matrix is stored
-            # in float32 (bf16 inputs widened, the output rounded back); q, k, v are saved
-            # as given, bf16 under autocast, and the float32 output for backward's rowsum
-            out, lse = ctx.kernels.flash_attention_forward(widened(q), widened(k), widened(v),
-                                                           causal, scale)
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.scale, ctx.causal = scale, causal
-            return out.astype(q.dtype, copy=False)
-        scores = ctx.backend.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S)
-        scores = widened(scores)  # bf16/fp16 scores: softmax in float32
-        scores *= scale
-        L, S = scores.shape[-2:]
-        no_key = None  # rows where the mask leaves a query no key to attend to
-        if causal:  # query i sees keys 0..i (top-left aligned, as PyTorch's is_causal)
-            xp.copyto(scores, -xp.inf, where=xp.triu(xp.ones((L, S), dtype=bool), k=1))
-        elif mask is not None:
-            shape = xp.broadcast(scores, mask).shape  # the mask may have batch dims only v has
-            if shape != scores.shape:
-                scores = xp.ascontiguousarray(xp.broadcast_to(scores, shape))
-            if mask.dtype == bool:  # True = may attend
-                xp.copyto(scores, -xp.inf, where=~mask)
-            else:  # additive float mask
-                scores += mask
-            no_key = scores.max(axis=-1, keepdims=True) == -xp.inf  # (..., L, 1)
-        probs = softmax_(scores, -1, xp).astype(q.dtype, copy=False)
-        if no_key is not None:
-            # a query the mask lets see no key gets all-zero weights, as in PyTorch, rather
-            # than softmax's 0/0 = nan (which would reach every gradient)
-            xp.copyto(probs, 0, where=no_key)
-        keep = None
-        attended = probs
-        if dropout_p > 0.0:
-            keep = ctx.backend.rand(probs.shape, dtypes.float32) >= dropout_p
-            attended = probs * keep
-            attended *= 1.0 / (1.0 - dropout_p)
-        ctx.save_for_backward(q, k, v, probs, keep)
-        ctx.scale, ctx.dropout_p = scale, dropout_p
-        out = ctx.backend.matmul(attended, v)  # (..., L, Ev)
-        return out.astype(xp.result_type(q.dtype, v.dtype), copy=False)  # bf16 stays bf16
+        result, saved = _attend(ctx, q, k, v, mask, causal, scale, dropout_p)
+        ctx.save_for_backward(q, k, v, *saved)
+        return result
 
     @staticmethod
     def backward(ctx, grad):
-        xp = ctx.xp
-        if ctx.kernels is not None:
-            q, k, v, out, lse = ctx.saved_tensors
-            grad_q, grad_k, grad_v = ctx.kernels.flash_attention_backward(
-                widened(q), widened(k), widened(v), out, widened(grad), lse, ctx.causal,
-                ctx.scale)  # float32 gradients: the engine rounds them to q, k, v's dtype
-            return grad_q, grad_k, grad_v, None, None, None, None
-        q, k, v, probs, keep = ctx.saved_tensors
-        need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        attended = probs
-        if keep is not None:
-            attended = probs * keep * (1.0 / (1.0 - ctx.dropout_p))
-        grad_v = ctx.backend.matmul(xp.swapaxes(attended, -1, -2), grad) if need_v else None
-        grad_q = grad_k = None
-        if need_q or need_k:
-            d_probs = ctx.backend.matmul(grad, xp.swapaxes(v, -1, -2))  # (..., L, S)
-            if keep is not None:
-                d_probs *= keep
-                d_probs *= 1.0 / (1.0 - ctx.dropout_p)
-            # softmax backward, in place: dS = P * (dP - rowsum(dP * P))
-            d_scores = d_probs
-            d_scores -= (d_probs * probs).sum(axis=-1, keepdims=True)
-            d_scores *= probs
-            d_scores *= ctx.scale
-            if need_q:
-                grad_q = ctx.backend.matmul(d_scores, k)
-            if need_k:
-                grad_k = ctx.backend.matmul(xp.swapaxes(d_scores, -1, -2), q)
+        q, k, v, *saved = ctx.saved_tensors
+        grad_q, grad_k, grad_v = _attend_backward(ctx, q, k, v, saved, grad,
+                                                  *ctx.needs_input_grad[:3])
         return (unbroadcast(grad_q, q.shape) if grad_q is not None else None,
                 unbroadcast(grad_k, k.shape) if grad_k is not None else None,
                 unbroadcast(grad_v, v.shape) if grad_v is not None else None,
                 None, None, None, None)
+
+
+def _heads(packed, n_head: int, parts: int):
+    """Views (B, nh, T, hs) of the ``parts`` blocks of C columns of ``packed`` (B, T, parts*C):
+    strides only, no copy."""
+    B, T, width = packed.shape
+    heads = packed.reshape(B, T, parts, n_head, width // (parts * n_head))
+    return [heads[:, :, i].transpose(0, 2, 1, 3) for i in range(parts)]
+
+
+class PackedCausalAttention(Function):
+    """Causal self-attention from the packed projection qkv (B, T, 3C) to (B, T, C), heads
+    side by side. Batched GEMMs read q, k, v in place and write their results through
+    transposed views, so neither direction copies a head."""
+
+    @staticmethod
+    def forward(ctx, qkv, n_head, dropout_p):
+        B, T, C3 = qkv.shape
+        q, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) each, views
+        scale = 1.0 / math.sqrt(C3 // (3 * n_head))
+        out = ctx.xp.empty((B, T, C3 // 3), dtype=qkv.dtype)
+        (head_out,) = _heads(out, n_head, 1)  # (B, nh, T, hs) view of out
+        _, saved = _attend(ctx, q, k, v, None, True, scale, dropout_p, out=head_out)
+        ctx.save_for_backward(qkv, *saved)
+        ctx.n_head = n_head
+        return out  # (B, T, C)
+
+    @staticmethod
+    def backward(ctx, grad):
+        qkv, *saved = ctx.saved_tensors
+        q, k, v = _heads(qkv, ctx.n_head, 3)
+        grad_qkv = ctx.xp.empty(qkv.shape, dtype=grad.dtype)  # (B, T, 3C)
+        (head_grad,) = _heads(grad, ctx.n_head, 1)  # (B, nh, T, hs) view of grad
+        _attend_backward(ctx, q, k, v, saved, head_grad, outs=_heads(grad_qkv, ctx.n_head, 3))
+        return grad_qkv, None, None
+
+
+def packed_causal_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0) -> Tensor:
+    """Causal multi-head self-attention on the packed projection ``qkv`` (B, T, 3C), q, k
+    and v side by side as GPT's c_attn makes them, ``n_head`` heads of C / n_head: (B, T, C)
+    with the heads side by side, as c_proj takes them. The same as splitting q, k, v into
+    (B, nh, T, hs) heads, ``scaled_dot_product_attention(q, k, v, is_causal=True)`` and
+    putting the heads back together, as one node without copies."""
+    require_tensor(qkv, "packed_causal_attention", "qkv")
+    require_float(qkv, "packed_causal_attention", "qkv")
+    if qkv.ndim != 3 or not isinstance(n_head, int) or n_head < 1 or \
+            qkv.shape[2] % (3 * n_head):
+        raise ValueError(f"packed_causal_attention: expected qkv (B, T, 3 * C) with C a "
+                         f"multiple of n_head = {n_head!r}, got shape {tuple(qkv.shape)}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"packed_causal_attention: dropout_p must be in [0, 1), got "
+                         f"{dropout_p}")
+    (qkv,) = autocast_lower(qkv)
+    return PackedCausalAttention.apply(qkv, n_head, float(dropout_p))
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,

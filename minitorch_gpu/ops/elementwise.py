@@ -220,41 +220,43 @@ class Relu(Function):
 class Gelu(Function):
     """GELU, x * Phi(x): exact (erf) or the tanh approximation GPT-2 uses.
 
-    Only x is saved; backward recomputes tanh/erf rather than storing a second activation.
-    The tanh form works in place in two or three buffers: on large activations a fresh
-    temporary per step (and its page faults) would cost more than the arithmetic. bf16 and
-    fp16 inputs are computed in float32 and the result rounded back.
+    The tanh form works in place in two buffers (on large activations a fresh temporary
+    per step costs more than the arithmetic) and saves x and t = tanh(...), so backward
+    needs no second tanh: its derivative is a polynomial in x and t. The erf form saves x
+    only. bf16 and fp16 inputs are computed in float32 and the result rounded back.
     """
 
     @staticmethod
     def forward(ctx, a, approximate):
         xp = ctx.xp
-        ctx.save_for_backward(a)
         ctx.approximate = approximate
         kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/gelu.cu
         ctx.kernels = kernels if kernels is not None and kernels.supports_gelu(a) else None
         if ctx.kernels is not None:  # float32 arithmetic; a bf16 result rounded back
+            ctx.save_for_backward(a, None)
             return ctx.kernels.gelu_forward(widened(a), approximate).astype(a.dtype,
                                                                             copy=False)
         x = widened(a)
         if approximate == "tanh":
-            out = xp.multiply(x, x, out=xp.empty_like(x))  # out=: a 0-d result stays an array
-            out *= 0.044715
-            out += 1
+            t = xp.multiply(x, x, out=xp.empty_like(x))  # out=: a 0-d result stays an array
+            t *= 0.044715
+            t += 1
+            t *= x
+            t *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
+            xp.tanh(t, out=t)
+            out = xp.add(t, 1, out=xp.empty_like(x))
             out *= x
-            out *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
-            xp.tanh(out, out=out)
-            out += 1
-            out *= x
-            out *= 0.5  # 0.5 x (1 + tanh(...))
+            out *= 0.5  # 0.5 x (1 + t)
+            ctx.save_for_backward(a, t)
         else:
             out = 0.5 * x * (1 + ctx.backend.erf(x * _INV_SQRT_2))
+            ctx.save_for_backward(a, None)
         return out.astype(a.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
-        (a,) = ctx.saved_tensors
+        a, t = ctx.saved_tensors
         if ctx.kernels is not None:
             # a float32 gradient: the engine rounds it to the input's dtype
             return ctx.kernels.gelu_backward(widened(a), widened(grad), ctx.approximate), None
@@ -262,22 +264,18 @@ class Gelu(Function):
         if ctx.approximate == "tanh":
             # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
             slope = xp.multiply(a, a, out=xp.empty_like(a))
-            t = xp.multiply(slope, 0.044715, out=xp.empty_like(a))
-            t += 1
-            t *= a
-            t *= _SQRT_2_OVER_PI
-            xp.tanh(t, out=t)
-            slope *= 3 * 0.044715
-            slope += 1
-            slope *= _SQRT_2_OVER_PI  # d(inner)/dx
+            slope *= 3 * 0.044715 * _SQRT_2_OVER_PI
+            slope += _SQRT_2_OVER_PI  # d(inner)/dx
             slope *= a
             slope *= 0.5
-            slope *= 1 - t * t  # 0.5 x (1 - t^2) d(inner)/dx
-            t += 1
-            t *= 0.5
-            t += slope
-            t *= grad
-            return t, None
+            local = xp.multiply(t, t, out=xp.empty_like(a))
+            xp.subtract(1, local, out=local)
+            slope *= local  # 0.5 x (1 - t^2) d(inner)/dx
+            xp.add(t, 1, out=local)
+            local *= 0.5
+            local += slope
+            local *= grad
+            return local, None
         cdf = 0.5 * (1 + ctx.backend.erf(a * _INV_SQRT_2))
         local = cdf + a * _INV_SQRT_2PI * xp.exp(-0.5 * a * a)
         return (grad * local, None)

@@ -1,10 +1,13 @@
 """Layer normalization as one fused Function (llm.c's layernorm_forward/backward).
 
 Forward saves the input, the mean and 1/std per row; backward recomputes the normalized
-input from them, so no extra activation of the input's size is kept.
+input from them, so no extra activation of the input's size is kept. On the CPU the row
+and column sums are matrix-vector products and einsums rather than ``mean``/``sum``: each
+reads its operand once, with no temporary, and BLAS runs on every core.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence, Union
 
 from ..autograd import Function
@@ -23,50 +26,59 @@ class LayerNorm(Function):
             ctx.save_for_backward(x, mean, rstd, weight)  # mean, rstd: (rows,), no keepdims
             ctx.axes = axes
             return out
-        work = widened(x)  # bf16/fp16 statistics in float32
-        mean = work.mean(axis=axes, keepdims=True)
-        centered = work - mean
-        rstd = 1.0 / ctx.xp.sqrt((centered * centered).mean(axis=axes, keepdims=True) + eps)
-        out = centered
-        out *= rstd  # x_hat, in place in the centered buffer
+        xp = ctx.xp
+        rows = widened(x).reshape(-1, math.prod(x.shape[len(x.shape) - len(axes):]))  # (R, n)
+        n = rows.shape[1]
+        # the row statistics as BLAS products, each one read of the rows, no temporary:
+        # mean = rows @ (1/n), var = rowsum(centered * centered) / n
+        mean = ctx.backend.matmul(rows, xp.full(n, 1.0 / n, dtype=rows.dtype))[:, None]  # (R, 1)
+        out = rows - mean  # centered, then normalized, scaled and shifted in place
+        var = xp.einsum("ij,ij->i", out, out)[:, None]  # (R, 1)
+        var *= 1.0 / n
+        var += eps
+        rstd = xp.sqrt(var, out=var)
+        xp.divide(1.0, rstd, out=rstd)
+        out *= rstd  # x_hat
         if weight is not None:
-            out *= weight
+            out *= weight.reshape(-1)
         if bias is not None:
-            out += bias
+            out += bias.reshape(-1)
         ctx.save_for_backward(x, mean, rstd, weight)
         ctx.axes = axes
-        return out.astype(x.dtype, copy=False)
+        return out.reshape(x.shape).astype(x.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
         x, mean, rstd, weight = ctx.saved_tensors
-        axes = ctx.axes
-        batch_axes = tuple(range(x.ndim - len(axes)))
         need_x, need_w, need_b = ctx.needs_input_grad[:3]  # then axes and eps
         if ctx.kernels is not None:
             grad_x, grad_w, grad_b = ctx.kernels.layer_norm_backward(grad, x, weight, mean, rstd,
-                                                                     len(axes))
+                                                                     len(ctx.axes))
             return (grad_x if need_x else None, grad_w if need_w else None,
                     grad_b if need_b else None, None, None)
-        # three activation-sized buffers in all (x_hat, g_hat, scratch), reused in place
-        x_hat = x - mean
+        # two activation-sized buffers (x_hat, g_hat); sums over rows and over columns as
+        # BLAS products or einsum, which read their operands once and allocate nothing big
+        n = mean.shape[0]  # rows
+        shape = (n, x.size // n)
+        x_hat = widened(x).reshape(shape) - mean  # (R, n)
         x_hat *= rstd
-        grad_b = grad.sum(axis=batch_axes) if need_b else None
-        scratch = grad * x_hat
-        grad_w = scratch.sum(axis=batch_axes) if need_w else None
+        g = grad.reshape(shape)
+        grad_b = ctx.backend.matmul(xp.ones(n, dtype=g.dtype), g) if need_b else None  # (n,)
+        grad_w = xp.einsum("ij,ij->j", g, x_hat) if need_w else None
         grad_x = None
         if need_x:
-            if weight is not None:
-                g_hat = grad * weight  # dL/dx_hat
-                xp.multiply(g_hat, x_hat, out=scratch)
-            else:
-                g_hat = grad  # scratch already holds g_hat * x_hat
+            g_hat = g * weight.reshape(-1) if weight is not None else g.copy()  # dL/dx_hat
             # dL/dx = rstd * (g_hat - mean(g_hat) - x_hat * mean(g_hat * x_hat))
-            x_hat *= scratch.mean(axis=axes, keepdims=True)
-            grad_x = xp.subtract(g_hat, g_hat.mean(axis=axes, keepdims=True), out=scratch)
-            grad_x -= x_hat
-            grad_x *= rstd
+            k = shape[1]
+            x_hat *= xp.einsum("ij,ij->i", g_hat, x_hat)[:, None] / k
+            g_hat -= ctx.backend.matmul(g_hat, xp.full(k, 1.0 / k, dtype=g_hat.dtype))[:, None]
+            g_hat -= x_hat
+            g_hat *= rstd
+            grad_x = g_hat.reshape(x.shape)
+        if weight is not None:
+            grad_w = grad_w.reshape(weight.shape) if grad_w is not None else None
+            grad_b = grad_b.reshape(weight.shape) if grad_b is not None else None
         return grad_x, grad_w, grad_b, None, None
 
 
