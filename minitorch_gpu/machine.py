@@ -33,7 +33,8 @@ def cache_dir() -> Path:
 
 
 def set_num_threads(threads: Optional[int]) -> None:
-    """Limit the BLAS (and OpenMP) threads of this process; None leaves the default.
+    """Limit the BLAS (and OpenMP) threads of this process, and the threads that split
+    long array work (``backend/threads.py``); None leaves the default.
 
     NumPy's BLAS reads its thread count once, at import, from environment variables;
     threadpoolctl changes it in the running process for OpenBLAS, MKL and BLIS alike.
@@ -41,7 +42,10 @@ def set_num_threads(threads: Optional[int]) -> None:
     if threads is None:
         return
     from threadpoolctl import threadpool_limits
+
+    from .backend.threads import set_cpu_threads
     threadpool_limits(limits=int(threads))
+    set_cpu_threads(int(threads))
 
 
 def _blas_threads() -> int:

@@ -14,10 +14,10 @@ from typing import Iterator, Optional, Tuple
 
 from ..autograd import is_grad_enabled, no_grad
 from ..backend import dtypes
-from ..creation import arange, ones, zeros
+from ..creation import arange, zeros
 from ..ops import cat
+from ..ops.attention import cached_causal_attention
 from ..tensor import Tensor
-from .. import functional as F
 from . import init
 from .containers import ModuleDict, ModuleList
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear,
@@ -61,7 +61,7 @@ class KVCache:
     ``block_size`` positions allocated once: (B, n_head, block_size, head_dim) per layer.
 
     ``GPT.forward(idx, kv_cache=cache)`` runs ``idx`` as the positions after the cached
-    ones and appends their keys and values.
+    ones and appends their keys and values (``ops.attention.cached_causal_attention``).
     """
 
     def __init__(self, config: GPTConfig, batch_size: int, device: object = "cpu",
@@ -92,14 +92,6 @@ class KVCache:
                              f"{self.capacity} positions and {new} more do not fit (start a "
                              f"new cache with the last tokens, as generate does)")
 
-    def append(self, layer: int, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
-        """Store k, v (B, nh, t, hs) at the next t positions of ``layer``; return views of
-        all its keys and values so far, (B, nh, length + t, hs)."""
-        end = self.length + k.shape[2]
-        self.keys[layer][:, :, self.length:end] = k
-        self.values[layer][:, :, self.length:end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
-
 
 class CausalSelfAttention(Module):
     """Multi-head self-attention where each position attends to itself and the positions
@@ -124,22 +116,11 @@ class CausalSelfAttention(Module):
         return self.resid_dropout(self.c_proj(y))
 
     def _cached_attention(self, qkv: Tensor, kv_cache: KVCache) -> Tensor:
-        """Attention of these T positions over the cached ones and themselves (inference)."""
-        B, T, _ = qkv.shape
-        C, nh = self.n_embd, self.n_head
-        q, k, v = qkv.split(C, dim=2)  # (B, T, C) each, views
-        q = q.view(B, T, nh, C // nh).transpose(1, 2)  # (B, nh, T, hs), strides only
-        k = k.view(B, T, nh, C // nh).transpose(1, 2)
-        v = v.view(B, T, nh, C // nh).transpose(1, 2)
-        start = kv_cache.length
-        k, v = kv_cache.append(self.layer, k, v)  # (B, nh, start + T, hs)
-        causal, mask = True, None
-        if start:  # query i sits at position start + i: it sees keys 0 .. start + i
-            causal = False
-            if T > 1:
-                mask = ones(T, start + T, dtype=dtypes.bool_, device=qkv.device).tril(start)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        return y.transpose(1, 2).reshape(B, T, C)  # heads side by side again (one copy)
+        """Attention of these T positions over the cached ones and themselves (inference):
+        one op that appends their keys and values to this layer's cache buffers."""
+        return cached_causal_attention(qkv, kv_cache.keys[self.layer],
+                                       kv_cache.values[self.layer], kv_cache.length,
+                                       self.n_head)  # (B, T, C)
 
 
 class MLP(Module):

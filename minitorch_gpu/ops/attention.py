@@ -189,6 +189,45 @@ class PackedCausalAttention(Function):
         return grad_qkv, None, None
 
 
+class CachedCausalAttention(Function):
+    """Inference with a KV cache: the T new positions of the packed projection qkv
+    (B, T, 3C) attend over the ``start`` cached ones and themselves. Their keys and values
+    are written into the cache buffers (B, nh, capacity, hs) at start .. start + T. One
+    node instead of a split, three head views and a concatenation per token; no backward
+    (a cache belongs to generation, under no_grad)."""
+
+    @staticmethod
+    def forward(ctx, qkv, keys, values, start, n_head):
+        B, T, C3 = qkv.shape
+        q, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) views
+        end = start + T
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        k, v = keys[:, :, :end], values[:, :, :end]  # (B, nh, end, hs) views
+        mask = None
+        if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
+            mask = ctx.xp.tri(T, end, start, dtype=bool)
+        out = ctx.xp.empty((B, T, C3 // 3), dtype=qkv.dtype)
+        (head_out,) = _heads(out, n_head, 1)
+        scale = 1.0 / math.sqrt(C3 // (3 * n_head))
+        _attend(ctx, q, k, v, mask, start == 0, scale, 0.0, out=head_out)
+        return out  # (B, T, C)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("cached_causal_attention has no backward: a KV cache is for "
+                           "inference (run under no_grad)")
+
+
+def cached_causal_attention(qkv: Tensor, keys: Tensor, values: Tensor, start: int,
+                            n_head: int) -> Tensor:
+    """Attention of the new positions in ``qkv`` (B, T, 3C) over ``start`` cached positions
+    and themselves, appending their keys and values to ``keys``/``values`` (B, nh,
+    capacity, hs) in place: (B, T, C), heads side by side. For ``KVCache``; no gradient."""
+    (qkv,) = autocast_lower(qkv)
+    return CachedCausalAttention.apply(qkv, keys, values, int(start), int(n_head))
+
+
 def packed_causal_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0) -> Tensor:
     """Causal multi-head self-attention on the packed projection ``qkv`` (B, T, 3C), q, k
     and v side by side as GPT's c_attn makes them, ``n_head`` heads of C / n_head: (B, T, C)

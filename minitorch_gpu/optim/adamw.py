@@ -8,15 +8,24 @@ Per parameter, at its step t (counted from 1)::
     param -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 
 ``adamw_update_`` does this on raw arrays as a chain of in-place ops into one scratch
-buffer, so a step allocates nothing. On a CUDA backend, float32 parameters are updated by
-the fused kernel ``backend/kernels/adamw.cu`` instead (one pass over the arrays).
+buffer, so a step allocates nothing. When every parameter of a group has a gradient,
+the chain for the moments runs once over the whole group (``flat.py``: the moments live in
+one flat array per group, the gradients are copied into another), and each parameter then
+subtracts its slice of the step: a dozen array calls per group instead of per parameter.
+On a CUDA backend, float32 parameters are updated one by one by the fused kernel
+``backend/kernels/adamw.cu`` instead (one pass over the arrays).
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from ..backend.threads import cpu_threads, run_split
+from ..tensor import Tensor
+from .flat import FlatGroup
 from .optimizer import Optimizer, Params, check_hyperparameter, weight_decay_groups
+
+SPLIT_FROM = 1 << 18  # elements from which a flat group's update is split over the cores
 
 
 def adamw_update_(xp: Any, param: Any, grad: Any, exp_avg: Any, exp_avg_sq: Any,
@@ -29,11 +38,18 @@ def adamw_update_(xp: Any, param: Any, grad: Any, exp_avg: Any, exp_avg_sq: Any,
     bf16/fp16 parameters) whose contents are overwritten; ``grad`` is only read. The
     moments are computed in the state dtype; ``param`` is rounded to its own dtype.
     """
+    adamw_direction_(xp, grad, exp_avg, exp_avg_sq, scratch, lr=lr, beta1=beta1, beta2=beta2,
+                     eps=eps, step=step)
+    apply_update_(xp, param, scratch, lr=lr, weight_decay=weight_decay)
+
+
+def adamw_direction_(xp: Any, grad: Any, exp_avg: Any, exp_avg_sq: Any, out: Any, *,
+                     lr: float, beta1: float, beta2: float, eps: float, step: int) -> None:
+    """The moments' update, in place, and the step to subtract, into ``out``:
+    ``out = lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)``."""
     bias_correction1 = 1.0 - beta1 ** step
     bias_correction2 = 1.0 - beta2 ** step
-    s = scratch
-    if weight_decay != 0:
-        xp.multiply(param, 1.0 - lr * weight_decay, out=param)  # param *= 1 - lr * wd
+    s = out
     xp.multiply(exp_avg, beta1, out=exp_avg)                   # m = beta1 * m
     xp.multiply(grad, 1.0 - beta1, out=s, dtype=s.dtype)       # s = (1 - beta1) * g
     xp.add(exp_avg, s, out=exp_avg)                            # m += s
@@ -46,7 +62,13 @@ def adamw_update_(xp: Any, param: Any, grad: Any, exp_avg: Any, exp_avg_sq: Any,
     xp.add(s, eps, out=s)                                      # s += eps: the denominator
     xp.divide(exp_avg, s, out=s)                               # s = m / denominator
     xp.multiply(s, lr / bias_correction1, out=s)               # s *= lr / (1 - beta1^t)
-    xp.subtract(param, s, out=param)                           # param -= s
+
+
+def apply_update_(xp: Any, param: Any, update: Any, *, lr: float, weight_decay: float) -> None:
+    """``param = param * (1 - lr * weight_decay) - update``, in place (decoupled decay)."""
+    if weight_decay != 0:
+        xp.multiply(param, 1.0 - lr * weight_decay, out=param)  # param *= 1 - lr * wd
+    xp.subtract(param, update, out=param)                      # param -= s
 
 
 class AdamW(Optimizer):
@@ -66,6 +88,7 @@ class AdamW(Optimizer):
                  weight_decay: float = 1e-2) -> None:
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
+        self._flat: Dict[int, FlatGroup] = {}  # group index -> its flat arrays (optim/flat.py)
 
     def _check_hyperparameters(self, group: Dict[str, Any], where: str) -> None:
         super()._check_hyperparameters(group, where)
@@ -80,28 +103,77 @@ class AdamW(Optimizer):
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """One update of every parameter whose grad is set; returns ``closure()`` if given."""
         loss = self._evaluate(closure)
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             beta1, beta2 = (float(b) for b in group["betas"])
-            for p, grad in self._params_with_grad(group):
-                state = self.state.get(p)
-                if not state:
-                    state = self.state[p] = {"step": 0,
-                                             "exp_avg": self._new_state_tensor(p),
-                                             "exp_avg_sq": self._new_state_tensor(p)}
-                state["step"] += 1
-                exp_avg, exp_avg_sq = state["exp_avg"].data, state["exp_avg_sq"].data
-                hyper = dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2,
-                             eps=float(group["eps"]),
-                             weight_decay=float(group["weight_decay"]), step=state["step"])
-                kernels = p.backend.fused_kernels()  # CUDA: backend/kernels/adamw.cu
-                if kernels is not None and kernels.supports_adamw(p.data, grad, exp_avg,
-                                                                  exp_avg_sq):
-                    kernels.adamw_update(p.data, grad, exp_avg, exp_avg_sq, **hyper)
-                else:
-                    adamw_update_(p.backend.xp, p.data, grad, exp_avg, exp_avg_sq,
-                                  self._scratch_for(p, exp_avg.dtype), **hyper)
+            with_grad = list(self._params_with_grad(group))
+            for p, _ in with_grad:
+                if not self.state.get(p):
+                    self.state[p] = {"step": 0, "exp_avg": self._new_state_tensor(p),
+                                     "exp_avg_sq": self._new_state_tensor(p)}
+                self.state[p]["step"] += 1
+
+            def hyper(p: Tensor) -> Dict[str, Any]:
+                return dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2,
+                            eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
+                            step=self.state[p]["step"])
+
+            flat = self._flat_group(index, group, with_grad)
+            if flat is not None:  # the moments of the whole group in one chain
+                self._update_flat(flat, [grad for _, grad in with_grad], hyper(with_grad[0][0]))
+            else:
+                for p, grad in with_grad:
+                    self._update_one(p, grad, hyper(p))
+            for p, _ in with_grad:
                 p._bump()  # the parameter changed in place: autograd's version counter
         return loss
+
+    def _update_one(self, p: Tensor, grad: Any, hyper: Dict[str, Any]) -> None:
+        state = self.state[p]
+        exp_avg, exp_avg_sq = state["exp_avg"].data, state["exp_avg_sq"].data
+        kernels = p.backend.fused_kernels()  # CUDA: backend/kernels/adamw.cu
+        if kernels is not None and kernels.supports_adamw(p.data, grad, exp_avg, exp_avg_sq):
+            kernels.adamw_update(p.data, grad, exp_avg, exp_avg_sq, **hyper)
+        else:
+            adamw_update_(p.backend.xp, p.data, grad, exp_avg, exp_avg_sq,
+                          self._scratch_for(p, exp_avg.dtype), **hyper)
+
+    def _flat_group(self, index: int, group: Dict[str, Any], with_grad: list) -> Any:
+        """The group's FlatGroup when every parameter has a grad and they share a device, a
+        dtype and a step count, else None (then they are updated one by one)."""
+        params = group["params"]
+        first = params[0]
+        if first.backend.fused_kernels() is not None:  # CUDA: the fused kernel per parameter
+            return None
+        if len(with_grad) != len(params) or len(params) < 2 or any(
+                p.backend is not first.backend or p.dtype != first.dtype
+                or self.state[p]["step"] != self.state[first]["step"] for p in params):
+            return None
+        states = [self.state[p] for p in params]
+        flat = self._flat.get(index)
+        if flat is None or not flat.holds(params, states):
+            flat = self._flat[index] = FlatGroup(params, states, self._state_dtype(first))
+        return flat
+
+    def _update_flat(self, flat: FlatGroup, grads: list, hyper: Dict[str, Any]) -> None:
+        """The moments and the step over the group's flat arrays, then each parameter's
+        slice of the step subtracted from it; long groups split over the cores (NumPy runs
+        a loop on its calling thread only), at parameter boundaries."""
+        flat.gather_grads(grads)
+        backend = flat.params[0].backend
+        xp = backend.xp
+        parts = cpu_threads() if flat.grad.size >= SPLIT_FROM and backend.device.type == \
+            "cpu" else 1
+        decay = dict(lr=hyper["lr"], weight_decay=hyper["weight_decay"])
+        moments = {k: v for k, v in hyper.items() if k != "weight_decay"}
+
+        def update(piece: range) -> None:
+            span = slice(flat.offsets[piece.start], flat.offsets[piece.stop])
+            adamw_direction_(xp, flat.grad[span], flat.exp_avg[span], flat.exp_avg_sq[span],
+                             flat.scratch[span], **moments)
+            for i in piece:
+                apply_update_(xp, flat.params[i].data, flat.step_of(i), **decay)
+
+        run_split(update, flat.pieces(parts))
 
 
 def configure_adamw(module: Any, weight_decay: float, lr: float,
