@@ -11,7 +11,7 @@ or lazily loaded kernels touch the other's, and its peak memory is its own) time
 * the training step a trainer runs, forward + cross-entropy + backward + AdamW (nanoGPT's
   settings: lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the 2-D weights): the median
   step over ``steps`` steps after ``warmup``, tokens/s, and MFU against the float32 matmul
-  peak of this machine measured in the same process with the same threads;
+  peak of this machine, measured first in the same run (its own process, same threads);
 * the peak resident memory of training: the process's high-water mark once the steps ran,
   less its resident size just before the model was built (the imports' share left out);
 * generation at batch 1 with the KV cache: a 16-token prompt, 200 new tokens, temperature
@@ -105,12 +105,21 @@ def _build(side: str, shape: Dict[str, int]):
     return model, optimizer, [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data], flops
 
 
-def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: int,
-            new_tokens: int, generate_runs: int) -> Dict[str, Any]:
-    """One case on one side, in this process: what ``run_bench`` prints for it."""
+def measure_peak(threads: Optional[int]) -> Dict[str, Any]:
+    """The float32 matmul peak of this machine with ``threads`` BLAS threads: NumPy's BLAS,
+    the best of several 2048 x 2048 products, in a process of its own."""
     import numpy as np
 
     from minitorch_gpu.machine import _measure_matmul, set_num_threads
+    set_num_threads(threads)
+    return {"case": "matmul_peak", "threads": threads,
+            "gflop_per_s": _measure_matmul("cpu", np.float32, 2048, 8) / 1e9}
+
+
+def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: int,
+            new_tokens: int, generate_runs: int) -> Dict[str, Any]:
+    """One case on one side, in this process: what ``run_bench`` prints for it."""
+    from minitorch_gpu.machine import set_num_threads
     set_num_threads(threads)
     if side == "torch":
         import torch
@@ -143,16 +152,12 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
 
     generate()  # warm-up
     generate_ms = statistics.median(_times_ms(generate, generate_runs))
-    # last, so that the memory it frees is not counted as the model's: our BLAS (NumPy's)
-    # with this process's threads, the yardstick of both sides' MFU
-    peak = _measure_matmul("cpu", np.float32, 2048, 5)
     median = statistics.median(step_ms)
     return {
         "case": case, "side": side, "threads": threads, **shape, "steps": steps,
         "step_ms": {"median": median, "min": min(step_ms), "max": max(step_ms)},
         "train_tokens_per_s": B * T / (median / 1e3),
-        "mfu": flops_per_step / (median / 1e3) / peak,
-        "matmul_peak_gflop_per_s": peak / 1e9,
+        "flops_per_step": flops_per_step,
         "train_memory_mb": train_peak_mb - rss_before, "peak_rss_mb": train_peak_mb,
         "generate_new_tokens": new_tokens,
         "generate_tokens_per_s": new_tokens / (generate_ms / 1e3),
@@ -160,28 +165,29 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
 
 
 # --- the parent: one process per case and side ------------------------------------------
-def _run_child(side: str, case: str, threads: Optional[int], steps: int, warmup: int,
-               new_tokens: int, generate_runs: int) -> Dict[str, Any]:
+def _run_child(what: str, **spec: Any) -> Dict[str, Any]:
+    """``measure(**spec)`` (or ``measure_peak``) in a fresh Python process."""
     env = dict(os.environ)
-    if threads is not None:  # BLAS libraries read these once, when they load
-        env.update({name: str(threads) for name in THREAD_VARIABLES})
-    spec = json.dumps(dict(side=side, case=case, threads=threads, steps=steps, warmup=warmup,
-                           new_tokens=new_tokens, generate_runs=generate_runs))
-    done = subprocess.run([sys.executable, "-m", "minitorch_gpu.bench", spec], env=env,
-                          capture_output=True, text=True)
+    if spec["threads"] is not None:  # BLAS libraries read these once, when they load
+        env.update({name: str(spec["threads"]) for name in THREAD_VARIABLES})
+    done = subprocess.run([sys.executable, "-m", "minitorch_gpu.bench", what, json.dumps(spec)],
+                          env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"bench: the {side} {case} run failed (exit {done.returncode}):\n"
+        name = " ".join(str(spec[k]) for k in ("side", "case") if k in spec) or what
+        raise RuntimeError(f"bench: the {name} run failed (exit {done.returncode}):\n"
                            f"{done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = False,
               threads: Optional[int] = None, steps: int = 30, warmup: int = 5,
-              new_tokens: int = 200, generate_runs: int = 3,
+              new_tokens: int = 200, generate_runs: int = 3, rounds: int = 1,
               emit: Callable[[str], None] = print) -> List[Dict[str, Any]]:
-    """Measure each case (ours, then torch's when ``vs_torch``), ``emit`` one JSON line per
-    case and side as it finishes, then, with torch, one line of our/torch ratios per case.
-    Returns every record."""
+    """Measure the matmul peak, then each case ``rounds`` times (ours, then torch's when
+    ``vs_torch``: pairs taken close together, so a machine whose speed drifts moves both),
+    ``emit`` one JSON line per process as it finishes, then per case and side the medians
+    over the rounds and, with torch, the medians of the rounds' our/torch ratios. Returns
+    the summary records (the peak first)."""
     cases = list(cases)
     for case in cases:
         if case not in CASES:
@@ -189,25 +195,46 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
     if vs_torch and not torch_available():
         raise RuntimeError("bench: --vs-torch needs torch, which is not installed (a "
                            "development-only comparison: pip install torch)")
-    records = []
+    peak = _run_child("peak", threads=threads)
+    emit(json.dumps(peak))
+    summary = [peak]
+    sides = SIDES[:2 if vs_torch else 1]
     for case in cases:
-        pair = []
-        for side in SIDES[:2 if vs_torch else 1]:
-            record = _run_child(side, case, threads, steps, warmup, new_tokens, generate_runs)
-            emit(json.dumps(record))
-            pair.append(record)
-        records.extend(pair)
+        runs: Dict[str, List[Dict[str, Any]]] = {side: [] for side in sides}
+        for round_ in range(rounds):
+            for side in sides:
+                record = _run_child("measure", side=side, case=case, threads=threads,
+                                    steps=steps, warmup=warmup, new_tokens=new_tokens,
+                                    generate_runs=generate_runs)
+                record["round"] = round_
+                seconds = record["step_ms"]["median"] / 1e3
+                record["mfu"] = record["flops_per_step"] / seconds / (peak["gflop_per_s"] * 1e9)
+                emit(json.dumps(record))
+                runs[side].append(record)
+        for side in sides:
+            summary.append(_median_record(runs[side]))
         if vs_torch:
-            ours, theirs = pair
-            ratio = {"case": case, "side": "minitorch/torch",
-                     "train_tokens_per_s": ours["train_tokens_per_s"]
-                     / theirs["train_tokens_per_s"],
-                     "generate_tokens_per_s": ours["generate_tokens_per_s"]
-                     / theirs["generate_tokens_per_s"],
-                     "train_memory_mb": ours["train_memory_mb"] / theirs["train_memory_mb"]}
-            emit(json.dumps(ratio))
-            records.append(ratio)
-    return records
+            ratio: Dict[str, Any] = {"case": case, "side": "minitorch/torch", "rounds": rounds}
+            for key in ("train_tokens_per_s", "generate_tokens_per_s", "train_memory_mb"):
+                ratio[key] = statistics.median(ours[key] / theirs[key] for ours, theirs in
+                                               zip(runs["minitorch"], runs["torch"]))
+            summary.append(ratio)
+    if rounds > 1 or vs_torch:
+        for record in summary[1:]:
+            emit(json.dumps({**record, "summary": True}))
+    return summary
+
+
+def _median_record(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One side's rounds as one record: the median of each figure over the rounds."""
+    merged = dict(runs[-1], rounds=len(runs))
+    merged.pop("round", None)
+    for key in ("train_tokens_per_s", "mfu", "train_memory_mb", "peak_rss_mb",
+                "generate_tokens_per_s"):
+        merged[key] = statistics.median(r[key] for r in runs)
+    merged["step_ms"] = {k: statistics.median(r["step_ms"][k] for r in runs)
+                         for k in ("median", "min", "max")}
+    return merged
 
 
 def format_table(records: List[Dict[str, Any]]) -> str:
@@ -215,6 +242,8 @@ def format_table(records: List[Dict[str, Any]]) -> str:
     lines = [f"{'case':6s} {'side':16s} {'step ms':>8s} {'train tok/s':>11s} {'MFU':>6s} "
              f"{'gen tok/s':>9s} {'train MB':>8s}"]
     for r in records:
+        if r["case"] == "matmul_peak":
+            continue
         if r["side"] == "minitorch/torch":
             lines.append(f"{r['case']:6s} {'ratio ours/torch':16s} {'':>8s} "
                          f"{r['train_tokens_per_s']:10.2f}x {'':>6s} "
@@ -223,8 +252,14 @@ def format_table(records: List[Dict[str, Any]]) -> str:
             lines.append(f"{r['case']:6s} {r['side']:16s} {r['step_ms']['median']:8.1f} "
                          f"{r['train_tokens_per_s']:11.0f} {100 * r['mfu']:5.1f}% "
                          f"{r['generate_tokens_per_s']:9.0f} {r['train_memory_mb']:8.0f}")
+    peaks = [r for r in records if r["case"] == "matmul_peak"]
+    if peaks:
+        lines.append(f"MFU against the float32 matmul peak measured first: "
+                     f"{peaks[0]['gflop_per_s']:.0f} GFLOP/s with {peaks[0]['threads']} "
+                     f"BLAS threads")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":  # one measuring process, started by _run_child
-    print(json.dumps(measure(**json.loads(sys.argv[1]))), flush=True)
+    work = {"measure": measure, "peak": measure_peak}[sys.argv[1]]
+    print(json.dumps(work(**json.loads(sys.argv[2]))), flush=True)

@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tokens to generate per run (default 200)")
     bench.add_argument("--generate-runs", type=int, default=3,
                        help="timed generation runs (default 3)")
+    bench.add_argument("--rounds", type=int, default=1,
+                       help="measure each case this many times (with --vs-torch, ours and "
+                            "torch's in turn) and report medians (default 1)")
     bench.add_argument("--quick", action="store_true",
                        help="a handful of steps and tokens: checks that it runs, not speed")
     return parser
@@ -367,7 +370,7 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
 
 def _bench(args: argparse.Namespace) -> int:
     from .bench import format_table, run_bench
-    for name in ("threads", "steps", "new_tokens", "generate_runs"):
+    for name in ("threads", "steps", "new_tokens", "generate_runs", "rounds"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return _error("bench", f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -378,7 +381,7 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         records = run_bench(args.case, vs_torch=args.vs_torch, threads=args.threads,
                             steps=args.steps, warmup=args.warmup, new_tokens=args.new_tokens,
-                            generate_runs=args.generate_runs,
+                            generate_runs=args.generate_runs, rounds=args.rounds,
                             emit=lambda line: print(line, flush=True))
     except RuntimeError as exc:
         return _error("bench", str(exc))

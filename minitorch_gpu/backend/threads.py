@@ -13,7 +13,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
 
-__all__ = ["cpu_threads", "run_split", "set_cpu_threads"]
+__all__ = ["SPLIT_FROM", "cpu_threads", "row_pieces", "run_split", "set_cpu_threads"]
+
+SPLIT_FROM = 1 << 20  # elements from which elementwise work is split (below: one thread)
 
 _threads: Optional[int] = None  # None: every core this process may run on
 _pool: Optional[ThreadPoolExecutor] = None
@@ -54,3 +56,16 @@ def run_split(fn: Callable[[Any], None], pieces: Sequence[Any]) -> None:
     fn(pieces[-1])
     for future in futures:
         future.result()
+
+
+def row_pieces(array: Any, min_elements: Optional[int] = None) -> list:
+    """Slices of ``array``'s first axis, one per thread, for a NumPy array of at least
+    ``min_elements`` (default ``SPLIT_FROM``) elements; otherwise (a GPU array, a short one, one core) a single
+    ``...``, which indexes all of any array, 0-d included."""
+    min_elements = SPLIT_FROM if min_elements is None else min_elements
+    rows = array.shape[0] if array.ndim else 1
+    parts = min(cpu_threads(), rows)
+    if type(array).__module__ != "numpy" or array.size < min_elements or parts <= 1:
+        return [...]
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]

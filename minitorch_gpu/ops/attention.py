@@ -17,10 +17,11 @@ head transposes, no copies, one node instead of a dozen.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Optional
 
 from ..autograd import Function
 from ..backend import dtypes
+from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
 from ._util import (autocast_lower, check_broadcast, require_float, require_tensor, unbroadcast,
                     widened)
@@ -68,7 +69,8 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
         else:  # additive float mask
             scores += mask
         no_key = scores.max(axis=-1, keepdims=True) == -xp.inf  # (..., L, 1)
-    probs = softmax_(scores, -1, xp).astype(q.dtype, copy=False)
+    run_split(lambda rows: softmax_(scores[rows], -1, xp), row_pieces(scores))  # in place
+    probs = scores.astype(q.dtype, copy=False)
     if no_key is not None:
         # a query the mask lets see no key gets all-zero weights, as in PyTorch, rather
         # than softmax's 0/0 = nan (which would reach every gradient)
@@ -118,9 +120,14 @@ def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v
             d_probs *= 1.0 / (1.0 - ctx.dropout_p)
         # softmax backward, in place: dS = P * (dP - rowsum(dP * P))
         d_scores = d_probs
-        d_scores -= (d_probs * probs).sum(axis=-1, keepdims=True)
-        d_scores *= probs
-        d_scores *= ctx.scale
+
+        def softmax_backward(rows: Any) -> None:  # on every core for long inputs
+            d, p = d_scores[rows], probs[rows]
+            d -= (d * p).sum(axis=-1, keepdims=True)
+            d *= p
+            d *= ctx.scale
+
+        run_split(softmax_backward, row_pieces(d_scores))
         if need_q:
             grad_q = matmul(d_scores, k, out=out_q)
         if need_k:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..autograd import Function
 from ..backend import dtypes
+from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
 from ._util import (as_tensor_like, binary_operands, check_broadcast, float_input,
                     promote_operands, require_tensor, result_dtype, shape_of, widened)
@@ -238,15 +239,21 @@ class Gelu(Function):
                                                                             copy=False)
         x = widened(a)
         if approximate == "tanh":
-            t = xp.multiply(x, x, out=xp.empty_like(x))  # out=: a 0-d result stays an array
-            t *= 0.044715
-            t += 1
-            t *= x
-            t *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
-            xp.tanh(t, out=t)
-            out = xp.add(t, 1, out=xp.empty_like(x))
-            out *= x
-            out *= 0.5  # 0.5 x (1 + t)
+            t, out = xp.empty_like(x), xp.empty_like(x)  # (a 0-d result stays an array)
+
+            def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
+                x_, t_, out_ = x[r], t[r], out[r]
+                xp.multiply(x_, x_, out=t_)
+                t_ *= 0.044715
+                t_ += 1
+                t_ *= x_
+                t_ *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
+                xp.tanh(t_, out=t_)
+                xp.add(t_, 1, out=out_)
+                out_ *= x_
+                out_ *= 0.5  # 0.5 x (1 + t)
+
+            run_split(rows, row_pieces(x))
             ctx.save_for_backward(a, t)
         else:
             out = 0.5 * x * (1 + ctx.backend.erf(x * _INV_SQRT_2))
@@ -263,18 +270,24 @@ class Gelu(Function):
         a = widened(a)
         if ctx.approximate == "tanh":
             # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-            slope = xp.multiply(a, a, out=xp.empty_like(a))
-            slope *= 3 * 0.044715 * _SQRT_2_OVER_PI
-            slope += _SQRT_2_OVER_PI  # d(inner)/dx
-            slope *= a
-            slope *= 0.5
-            local = xp.multiply(t, t, out=xp.empty_like(a))
-            xp.subtract(1, local, out=local)
-            slope *= local  # 0.5 x (1 - t^2) d(inner)/dx
-            xp.add(t, 1, out=local)
-            local *= 0.5
-            local += slope
-            local *= grad
+            slope, local = xp.empty_like(a), xp.empty_like(a)
+
+            def rows(r: Any) -> None:
+                a_, t_, slope_, local_ = a[r], t[r], slope[r], local[r]
+                xp.multiply(a_, a_, out=slope_)
+                slope_ *= 3 * 0.044715 * _SQRT_2_OVER_PI
+                slope_ += _SQRT_2_OVER_PI  # d(inner)/dx
+                slope_ *= a_
+                slope_ *= 0.5
+                xp.multiply(t_, t_, out=local_)
+                xp.subtract(1, local_, out=local_)
+                slope_ *= local_  # 0.5 x (1 - t^2) d(inner)/dx
+                xp.add(t_, 1, out=local_)
+                local_ *= 0.5
+                local_ += slope_
+                local_ *= grad[r]
+
+            run_split(rows, row_pieces(a))
             return local, None
         cdf = 0.5 * (1 + ctx.backend.erf(a * _INV_SQRT_2))
         local = cdf + a * _INV_SQRT_2PI * xp.exp(-0.5 * a * a)
