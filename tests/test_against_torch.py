@@ -78,3 +78,21 @@ def test_a_pytorch_state_dict_loads_key_by_key(pair):
     t_logits, _ = theirs(torch.from_numpy(idx), torch.from_numpy(targets))
     np.testing.assert_allclose(logits.detach().numpy(), t_logits.detach().numpy(), rtol=1e-10,
                                atol=1e-12)
+
+
+def test_the_torch_kv_cache_gives_our_next_token_logits(pair):
+    """The bench's torch generation runs the same arithmetic as ours: the torch model's
+    KV-cached steps give the last-position logits of our cached model, token by token."""
+    from minitorch_gpu.torch_reference import TorchKVCache
+    ours, theirs, idx, _ = pair
+    ours.eval()
+    cache = nn.KVCache(ours.config, 3, dtype=mt.float64)
+    t_cache = TorchKVCache(theirs, 3)
+    with mt.no_grad(), torch.no_grad():
+        for start, end in ((0, 5), (5, 6), (6, 9), (9, 10)):  # a prompt, then steps
+            logits, _ = ours(mt.tensor(idx[:, start:end]), kv_cache=cache)
+            t_logits, _ = theirs(torch.from_numpy(idx[:, start:end]), cache=t_cache)
+            np.testing.assert_allclose(logits.numpy(), t_logits.numpy(), rtol=1e-10,
+                                       atol=1e-12)
+        tokens = theirs.generate(torch.from_numpy(idx[:, :4]), 20, window_shift=4)
+    assert tuple(tokens.shape) == (3, 24) and int(tokens.max()) < 23

@@ -1,0 +1,78 @@
+"""``minitorch-gpu bench`` end to end, in its quick mode: real processes, no timing checks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from minitorch_gpu.bench import CASES, format_table, torch_available
+from minitorch_gpu.cli import BENCH_CASES
+
+RECORD_KEYS = {"case", "side", "threads", "step_ms", "train_tokens_per_s", "mfu",
+               "train_memory_mb", "peak_rss_mb", "generate_tokens_per_s", "flops_per_step"}
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "minitorch_gpu", "bench", "--quick", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def records(stdout: str) -> list:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def test_quick_bench_measures_every_case():
+    done = bench("--threads", "1")
+    assert done.returncode == 0, done.stderr
+    peak, *measured = records(done.stdout)
+    assert peak["case"] == "matmul_peak" and peak["gflop_per_s"] > 0
+    assert [r["case"] for r in measured] == list(CASES)
+    for r in measured:
+        assert RECORD_KEYS <= set(r) and r["side"] == "minitorch" and r["threads"] == 1
+        assert r["train_tokens_per_s"] > 0 and r["generate_tokens_per_s"] > 0
+        assert 0 < r["mfu"] < 2 and r["train_memory_mb"] > 0
+        assert r["step_ms"]["min"] <= r["step_ms"]["median"] <= r["step_ms"]["max"]
+        shape = CASES[r["case"]]
+        assert all(r[k] == v for k, v in shape.items())
+    table = done.stdout.split("\n", len(measured) + 1)[-1]
+    assert "baby" in table and "small" in table and "GFLOP/s" in table
+
+
+@pytest.mark.skipif(not torch_available(), reason="the torch comparison needs torch "
+                                                  "(a development-only tool)")
+def test_quick_bench_against_torch_prints_ratios():
+    done = bench("--case", "baby", "--vs-torch", "--rounds", "2")
+    assert done.returncode == 0, done.stderr
+    lines = records(done.stdout)
+    per_round = [r for r in lines if "round" in r]
+    assert sorted((r["side"], r["round"]) for r in per_round) == [
+        ("minitorch", 0), ("minitorch", 1), ("torch", 0), ("torch", 1)]
+    ratio = [r for r in lines if r.get("side") == "minitorch/torch"][-1]
+    ours = [r for r in lines if r.get("summary") and r["side"] == "minitorch"][0]
+    assert ratio["rounds"] == 2 and ratio["train_tokens_per_s"] > 0
+    assert ours["rounds"] == 2 and "ratio ours/torch" in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--rounds", "0"], "--rounds must be >= 1"),
+    (["--warmup", "-1"], "--warmup must be >= 0"),
+    (["--case", "huge"], "invalid choice"),
+])
+def test_bad_options_are_one_line_errors(args, message):
+    done = bench(*args)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_cli_offers_the_bench_cases():
+    assert tuple(CASES) == BENCH_CASES
+
+
+def test_table_without_torch_rows():
+    row = {"case": "baby", "side": "minitorch", "step_ms": {"median": 50.0}, "mfu": 0.4,
+           "train_tokens_per_s": 15000.0, "generate_tokens_per_s": 700.0,
+           "train_memory_mb": 60.0}
+    text = format_table([{"case": "matmul_peak", "gflop_per_s": 190.0, "threads": 2}, row])
+    assert "15000" in text and "40.0%" in text and "190 GFLOP/s with 2" in text
