@@ -221,10 +221,12 @@ class Relu(Function):
 class Gelu(Function):
     """GELU, x * Phi(x): exact (erf) or the tanh approximation GPT-2 uses.
 
-    The tanh form works in place in two buffers (on large activations a fresh temporary
-    per step costs more than the arithmetic) and saves x and t = tanh(...), so backward
-    needs no second tanh: its derivative is a polynomial in x and t. The erf form saves x
-    only. bf16 and fp16 inputs are computed in float32 and the result rounded back.
+    The tanh form, in training, computes its local derivative in the same chain as the
+    value (they share x^2 and t = tanh(...)) and saves only that: backward is then one
+    multiplication, and one activation is kept, not x and t. Every step is in place in
+    three buffers (on large activations a fresh temporary per step costs more than the
+    arithmetic), split by rows over the cores for long inputs. The erf form saves x.
+    bf16 and fp16 inputs are computed in float32 and the result rounded back.
     """
 
     @staticmethod
@@ -234,61 +236,62 @@ class Gelu(Function):
         kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/gelu.cu
         ctx.kernels = kernels if kernels is not None and kernels.supports_gelu(a) else None
         if ctx.kernels is not None:  # float32 arithmetic; a bf16 result rounded back
-            ctx.save_for_backward(a, None)
+            ctx.save_for_backward(a)
             return ctx.kernels.gelu_forward(widened(a), approximate).astype(a.dtype,
                                                                             copy=False)
         x = widened(a)
-        if approximate == "tanh":
-            t, out = xp.empty_like(x), xp.empty_like(x)  # (a 0-d result stays an array)
+        if approximate != "tanh":
+            ctx.save_for_backward(a)
+            return (0.5 * x * (1 + ctx.backend.erf(x * _INV_SQRT_2))).astype(a.dtype,
+                                                                             copy=False)
+        need_grad = ctx.needs_input_grad[0]
+        out, t = xp.empty_like(x), xp.empty_like(x)  # (a 0-d result stays an array)
+        local = xp.empty_like(x) if need_grad else None
 
-            def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
-                x_, t_, out_ = x[r], t[r], out[r]
-                xp.multiply(x_, x_, out=t_)
-                t_ *= 0.044715
-                t_ += 1
-                t_ *= x_
-                t_ *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
-                xp.tanh(t_, out=t_)
+        def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
+            x_, t_, out_ = x[r], t[r], out[r]
+            square = local[r] if need_grad else out_  # x^2, kept for the derivative
+            xp.multiply(x_, x_, out=square)
+            xp.multiply(square, 0.044715, out=t_)
+            t_ += 1
+            t_ *= x_
+            t_ *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
+            xp.tanh(t_, out=t_)
+            if need_grad:
+                # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+                d = square
+                d *= 3 * 0.044715 * _SQRT_2_OVER_PI
+                d += _SQRT_2_OVER_PI  # d(inner)/dx
+                d *= x_
+                d *= 0.5
                 xp.add(t_, 1, out=out_)
-                out_ *= x_
-                out_ *= 0.5  # 0.5 x (1 + t)
+                out_ *= 0.5  # 0.5 (1 + t)
+                t_ *= t_
+                xp.subtract(1, t_, out=t_)
+                d *= t_  # 0.5 x (1 - t^2) d(inner)/dx
+                d += out_
+            else:
+                xp.add(t_, 1, out=out_)
+                out_ *= 0.5
+            out_ *= x_  # 0.5 x (1 + t)
 
-            run_split(rows, row_pieces(x))
-            ctx.save_for_backward(a, t)
-        else:
-            out = 0.5 * x * (1 + ctx.backend.erf(x * _INV_SQRT_2))
-            ctx.save_for_backward(a, None)
+        run_split(rows, row_pieces(x))
+        ctx.save_for_backward(local)
         return out.astype(a.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
         xp = ctx.xp
-        a, t = ctx.saved_tensors
+        (saved,) = ctx.saved_tensors
         if ctx.kernels is not None:
             # a float32 gradient: the engine rounds it to the input's dtype
-            return ctx.kernels.gelu_backward(widened(a), widened(grad), ctx.approximate), None
-        a = widened(a)
-        if ctx.approximate == "tanh":
-            # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-            slope, local = xp.empty_like(a), xp.empty_like(a)
-
-            def rows(r: Any) -> None:
-                a_, t_, slope_, local_ = a[r], t[r], slope[r], local[r]
-                xp.multiply(a_, a_, out=slope_)
-                slope_ *= 3 * 0.044715 * _SQRT_2_OVER_PI
-                slope_ += _SQRT_2_OVER_PI  # d(inner)/dx
-                slope_ *= a_
-                slope_ *= 0.5
-                xp.multiply(t_, t_, out=local_)
-                xp.subtract(1, local_, out=local_)
-                slope_ *= local_  # 0.5 x (1 - t^2) d(inner)/dx
-                xp.add(t_, 1, out=local_)
-                local_ *= 0.5
-                local_ += slope_
-                local_ *= grad[r]
-
-            run_split(rows, row_pieces(a))
-            return local, None
+            return ctx.kernels.gelu_backward(widened(saved), widened(grad),
+                                             ctx.approximate), None
+        if ctx.approximate == "tanh":  # saved: the local derivative
+            out = xp.empty_like(saved)
+            run_split(lambda r: xp.multiply(grad[r], saved[r], out=out[r]), row_pieces(out))
+            return out, None
+        a = widened(saved)
         cdf = 0.5 * (1 + ctx.backend.erf(a * _INV_SQRT_2))
         local = cdf + a * _INV_SQRT_2PI * xp.exp(-0.5 * a * a)
         return (grad * local, None)
