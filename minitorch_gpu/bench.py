@@ -11,7 +11,8 @@ or lazily loaded kernels touch the other's, and its peak memory is its own) time
 * the training step a trainer runs, forward + cross-entropy + backward + AdamW (nanoGPT's
   settings: lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the 2-D weights): the median
   step over ``steps`` steps after ``warmup``, tokens/s, and MFU against the float32 matmul
-  peak of this machine, measured first in the same run (its own process, same threads);
+  peak of this machine, measured in the same run before and after the cases (each time
+  in its own process, same threads), the larger kept;
 * the peak resident memory of training: the process's high-water mark once the steps ran,
   less its resident size just before the model was built (the imports' share left out);
 * generation at batch 1 with the KV cache: a 16-token prompt, 200 new tokens, temperature
@@ -195,6 +196,8 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
     if vs_torch and not torch_available():
         raise RuntimeError("bench: --vs-torch needs torch, which is not installed (a "
                            "development-only comparison: pip install torch)")
+    # the peak is measured before and after the cases, and the larger kept: a slow
+    # stretch of a shared machine during one measurement would overstate every MFU
     peak = _run_child("peak", threads=threads)
     emit(json.dumps(peak))
     summary = [peak]
@@ -209,7 +212,7 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
                 record["round"] = round_
                 seconds = record["step_ms"]["median"] / 1e3
                 record["mfu"] = record["flops_per_step"] / seconds / (peak["gflop_per_s"] * 1e9)
-                emit(json.dumps(record))
+                emit(json.dumps(record))  # its MFU against the first peak
                 runs[side].append(record)
         for side in sides:
             summary.append(_median_record(runs[side]))
@@ -219,8 +222,15 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
                 ratio[key] = statistics.median(ours[key] / theirs[key] for ours, theirs in
                                                zip(runs["minitorch"], runs["torch"]))
             summary.append(ratio)
+    again = _run_child("peak", threads=threads)
+    emit(json.dumps(again))
+    peak["gflop_per_s"] = max(peak["gflop_per_s"], again["gflop_per_s"])
+    for record in summary[1:]:
+        if "mfu" in record:  # against the kept peak
+            seconds = record["step_ms"]["median"] / 1e3
+            record["mfu"] = record["flops_per_step"] / seconds / (peak["gflop_per_s"] * 1e9)
     if rounds > 1 or vs_torch:
-        for record in summary[1:]:
+        for record in summary:
             emit(json.dumps({**record, "summary": True}))
     return summary
 
@@ -254,9 +264,9 @@ def format_table(records: List[Dict[str, Any]]) -> str:
                          f"{r['generate_tokens_per_s']:9.0f} {r['train_memory_mb']:8.0f}")
     peaks = [r for r in records if r["case"] == "matmul_peak"]
     if peaks:
-        lines.append(f"MFU against the float32 matmul peak measured first: "
-                     f"{peaks[0]['gflop_per_s']:.0f} GFLOP/s with {peaks[0]['threads']} "
-                     f"BLAS threads")
+        lines.append(f"MFU against the float32 matmul peak (the larger of two measurements, "
+                     f"before and after): {peaks[0]['gflop_per_s']:.0f} GFLOP/s with "
+                     f"{peaks[0]['threads']} BLAS threads")
     return "\n".join(lines)
 
 
