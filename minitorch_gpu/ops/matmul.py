@@ -113,8 +113,12 @@ class Linear(Function):
         g = grad.reshape(-1, grad.shape[-1])  # (M, out)
         grad_x = ctx.backend.matmul(g, weight).reshape(ctx.x_shape) if need_x else None  # (M, in)
         grad_w = ctx.backend.matmul(g.T, x.reshape(-1, x.shape[-1])) if need_w else None  # (out, in)
-        # (out,): summed in float32 for bf16 (a long sum in bf16 loses the low bits)
-        grad_b = widened(g).sum(axis=0).astype(g.dtype, copy=False) if need_b else None
+        grad_b = None
+        if need_b:  # (out,): the column sums as a matrix-vector product (BLAS, every core),
+            # in float32 for bf16 (a long sum in bf16 loses the low bits)
+            wide = widened(g)
+            ones = ctx.xp.ones(wide.shape[0], dtype=wide.dtype)
+            grad_b = ctx.backend.matmul(ones, wide).astype(g.dtype, copy=False)
         return grad_x, grad_w, grad_b
 
 
