@@ -287,6 +287,7 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
                            "(did you build it under no_grad, or from tensors without "
                            "requires_grad=True?)")
     xp = tensor._backend.xp
+    tensor._backend.prepare_backward()
     handed_out: set = set()  # ids of arrays already stored as someone's .grad
     if gradient is None:
         if tensor.data.size != 1:

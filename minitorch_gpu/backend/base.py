@@ -135,6 +135,9 @@ class Backend:
         their order (a stable sort, as sort/topk/multinomial need to be repeatable)."""
         raise NotImplementedError
 
+    def prepare_backward(self) -> None:
+        """Called by autograd before every backward pass on this backend's tensors."""
+
     def fused_kernels(self) -> Any:
         """The module of fused kernels (``backend/kernels``) that ops call instead of their
         vectorised code for the inputs it supports, or None: the CPU has none (NumPy's

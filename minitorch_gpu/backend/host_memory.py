@@ -12,6 +12,10 @@ process and are reused: the same idea as PyTorch's caching allocator on the GPU,
 the C allocator's own settings. The cost is that the resident size no longer shrinks after
 a peak (the peak itself is what it was). Arrays above 32 MiB are still mapped each time.
 On a C library without ``mallopt`` (not glibc) it does nothing and returns False.
+
+The CPU backend calls it at the first backward pass (``Backend.prepare_backward``), not at
+import: a process that only imports the package (say, to read a checkpoint beside other
+work) keeps its C library's defaults.
 """
 from __future__ import annotations
 

@@ -21,10 +21,10 @@ class NumpyBackend(Backend):
     rng_kind = "numpy"
     _RNG_KEYS = frozenset({"kind", "bit_generator", "state", "inc", "has_uint32", "uinteger"})
 
-    def __init__(self, seed: int) -> None:
-        super().__init__(seed)
-        # activations are freed and allocated again every step: keep freed blocks mapped
-        # for reuse rather than page-faulting fresh ones in (host_memory.py)
+    def prepare_backward(self) -> None:
+        """Training frees and allocates the same activation-sized arrays at every step:
+        from the first backward pass on, malloc keeps freed blocks mapped for reuse rather
+        than page-faulting fresh ones in (host_memory.py)."""
         cache_freed_memory()
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> np.ndarray:
