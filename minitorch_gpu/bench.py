@@ -53,16 +53,22 @@ def torch_available() -> bool:
 
 
 # --- inside one measuring process -------------------------------------------------------
-def _memory_mb(field: str) -> float:
-    """VmRSS (now) or VmHWM (the high-water mark) of this process, in MB; 0 off Linux."""
+def _resident_mb() -> float:
+    """This process's resident size now (VmRSS), in MB; 0 off Linux. (Its high-water mark
+    is the CPU backend's ``memory_stats()["peak_rss_bytes"]``.)"""
     try:
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith(field + ":"):
+                if line.startswith("VmRSS:"):
                     return int(line.split()[1]) / 1024  # kB
     except OSError:
         pass
     return 0.0
+
+
+def _peak_mb() -> float:
+    from minitorch_gpu.backend import cpu
+    return cpu.memory_stats()["peak_rss_bytes"] / 2 ** 20
 
 
 def _times_ms(run: Callable[[], Any], repeats: int) -> List[float]:
@@ -127,7 +133,7 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
         if threads is not None:
             torch.set_num_threads(threads)
     shape = CASES[case]
-    rss_before = _memory_mb("VmRSS")
+    rss_before = _resident_mb()
     model, optimizer, batches, flops_per_step = _build(side, shape)
 
     def step(i: int) -> None:
@@ -142,7 +148,7 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
         step(i)
     counter = iter(range(steps))
     step_ms = _times_ms(lambda: step(next(counter)), steps)
-    train_peak_mb = _memory_mb("VmHWM")
+    train_peak_mb = _peak_mb()
 
     model.eval()
     B, T = shape["batch_size"], shape["block_size"]

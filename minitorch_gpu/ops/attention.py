@@ -81,10 +81,10 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
         keep = ctx.backend.rand(probs.shape, dtypes.float32) >= dropout_p
         attended = probs * keep
         attended *= 1.0 / (1.0 - dropout_p)
-    dtype = xp.result_type(q.dtype, v.dtype)  # bf16 stays bf16
     if out is not None and out.shape == attended.shape[:-1] + v.shape[-1:]:
         return ctx.backend.matmul(attended, v, out=out), (probs, keep)
     result = ctx.backend.matmul(attended, v)  # (..., L, Ev)
+    dtype = xp.result_type(q.dtype, v.dtype)  # bf16 stays bf16
     return _into(out, result.astype(dtype, copy=False)), (probs, keep)
 
 
@@ -169,6 +169,19 @@ def _heads(packed, n_head: int, parts: int):
     return [heads[:, :, i].transpose(0, 2, 1, 3) for i in range(parts)]
 
 
+def _attend_packed(ctx, qkv, k, v, n_head, mask, causal, dropout_p):
+    """Attention of the queries in ``qkv`` (B, T, 3C) over keys and values ``k``, ``v``
+    (B, nh, S, hs): the output (B, T, C), heads side by side, written in place by the last
+    GEMM, and what ``_attend`` saved for backward."""
+    B, T, C3 = qkv.shape
+    q = _heads(qkv, n_head, 3)[0]  # (B, nh, T, hs), a view
+    out = ctx.xp.empty((B, T, C3 // 3), dtype=qkv.dtype)
+    (head_out,) = _heads(out, n_head, 1)  # (B, nh, T, hs) view of out
+    scale = 1.0 / math.sqrt(C3 // (3 * n_head))
+    _, saved = _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=head_out)
+    return out, saved
+
+
 class PackedCausalAttention(Function):
     """Causal self-attention from the packed projection qkv (B, T, 3C) to (B, T, C), heads
     side by side. Batched GEMMs read q, k, v in place and write their results through
@@ -176,12 +189,8 @@ class PackedCausalAttention(Function):
 
     @staticmethod
     def forward(ctx, qkv, n_head, dropout_p):
-        B, T, C3 = qkv.shape
-        q, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) each, views
-        scale = 1.0 / math.sqrt(C3 // (3 * n_head))
-        out = ctx.xp.empty((B, T, C3 // 3), dtype=qkv.dtype)
-        (head_out,) = _heads(out, n_head, 1)  # (B, nh, T, hs) view of out
-        _, saved = _attend(ctx, q, k, v, None, True, scale, dropout_p, out=head_out)
+        _, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) each, views
+        out, saved = _attend_packed(ctx, qkv, k, v, n_head, None, True, dropout_p)
         ctx.save_for_backward(qkv, *saved)
         ctx.n_head = n_head
         return out  # (B, T, C)
@@ -205,19 +214,16 @@ class CachedCausalAttention(Function):
 
     @staticmethod
     def forward(ctx, qkv, keys, values, start, n_head):
-        B, T, C3 = qkv.shape
-        q, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) views
+        T = qkv.shape[1]
+        _, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) views
         end = start + T
         keys[:, :, start:end] = k
         values[:, :, start:end] = v
-        k, v = keys[:, :, :end], values[:, :, :end]  # (B, nh, end, hs) views
         mask = None
         if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
             mask = ctx.xp.tri(T, end, start, dtype=bool)
-        out = ctx.xp.empty((B, T, C3 // 3), dtype=qkv.dtype)
-        (head_out,) = _heads(out, n_head, 1)
-        scale = 1.0 / math.sqrt(C3 // (3 * n_head))
-        _attend(ctx, q, k, v, mask, start == 0, scale, 0.0, out=head_out)
+        out, _ = _attend_packed(ctx, qkv, keys[:, :, :end], values[:, :, :end], n_head, mask,
+                                start == 0, 0.0)  # keys, values: (B, nh, end, hs) views
         return out  # (B, T, C)
 
     @staticmethod
