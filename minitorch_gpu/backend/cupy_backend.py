@@ -11,8 +11,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import gemm
 from .base import Backend, Device, Timer
-from .dtypes import NARROW_FLOATS
+from .dtypes import NARROW_FLOATS, bfloat16, float16, float32
 from . import kernels as fused_kernel_module
 
 INSTALL_HINT = ("install CuPy for your CUDA version: pip install -e '.[cuda12]' or "
@@ -45,6 +46,40 @@ def device_count() -> int:
     if unavailable_reason() is not None:
         return 0
     return cupy.cuda.runtime.getDeviceCount()
+
+
+# cudaDataType_t of the dtypes cuBLAS multiplies here (library_types.h)
+_CUDA_DATA_TYPES = {float32: 0, float16: 2, bfloat16: 14}  # CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
+_ONE, _ZERO = np.ones((), np.float32), np.zeros((), np.float32)  # alpha, beta (host memory)
+_cublas = None  # cupy_backends.cuda.libs.cublas, loaded at the first product
+
+
+def _element_strides(array: Any) -> tuple:
+    return tuple(s // array.itemsize for s in array.strides)
+
+
+def _launch_gemm(plan: "gemm.GemmPlan", first: Any, second: Any, c: Any) -> None:
+    """One cuBLAS call of ``plan`` on the current device and stream: C = op(A) op(B) with
+    A = ``first``, B = ``second`` (as the plan names them), float32 compute (tensor cores
+    for bf16/fp16), alpha 1, beta 0."""
+    global _cublas
+    if _cublas is None:
+        from cupy_backends.cuda.libs import cublas as _cublas
+    handle = cupy.cuda.device.get_cublas_handle()
+    kinds = [_CUDA_DATA_TYPES[x.dtype] for x in (first, second, c)]
+    if plan.batch == 1:
+        _cublas.gemmEx(handle, plan.transa, plan.transb, plan.m, plan.n, plan.k,
+                       _ONE.ctypes.data, first.data.ptr, kinds[0], plan.lda,
+                       second.data.ptr, kinds[1], plan.ldb, _ZERO.ctypes.data,
+                       c.data.ptr, kinds[2], plan.ldc, _cublas.CUBLAS_COMPUTE_32F,
+                       _cublas.CUBLAS_GEMM_DEFAULT)
+        return
+    _cublas.gemmStridedBatchedEx(
+        handle, plan.transa, plan.transb, plan.m, plan.n, plan.k, _ONE.ctypes.data,
+        first.data.ptr, kinds[0], plan.lda, plan.stride_a,
+        second.data.ptr, kinds[1], plan.ldb, plan.stride_b, _ZERO.ctypes.data,
+        c.data.ptr, kinds[2], plan.ldc, plan.stride_c, plan.batch,
+        _cublas.CUBLAS_COMPUTE_32F, _cublas.CUBLAS_GEMM_DEFAULT)
 
 
 _MAX_RESEED = (1 << 63) - 1  # "reseed" mode draws its seed in [0, 2**63 - 1)
@@ -90,8 +125,40 @@ class CupyBackend(Backend):
         super().__init__(seed)
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> Any:
+        """``data`` on this GPU: host data copied in, an array already here kept as it is,
+        and an array on another GPU always copied (``_copy_from_device``)."""
+        if isinstance(data, cupy.ndarray) and data.device.id != self.device.index:
+            return self._copy_from_device(data, dtype)
         with self._cuda_device:
             return cupy.asarray(data, dtype=dtype)
+
+    def _copy_from_device(self, data: Any, dtype: Optional[np.dtype]) -> Any:
+        """A copy on this GPU of ``data``, which lives on another one, ordered on both.
+
+        Not left to ``cupy.asarray``: what it does with another device's array has
+        changed across CuPy versions, and CuPy 14 refuses to copy a view that is neither
+        C- nor F-contiguous (a permuted (B, nh, T, hs) head view) between devices. Here the
+        source is made C-contiguous on its own GPU, then copied peer to peer
+        (``cudaMemcpyAsync``, which goes through the host where peer access is off) on
+        this GPU's current stream, after an event that waits for the work queued on the
+        source. The source's stream then waits for the copy, so a later write to the
+        source (or the reuse of its memory) can't race it."""
+        source = data.device
+        with source:
+            contiguous = cupy.ascontiguousarray(data)
+            source_stream = cupy.cuda.get_current_stream()
+            written = source_stream.record()  # the source's queued writes, this copy's too
+        with self._cuda_device:
+            stream = cupy.cuda.get_current_stream()
+            stream.wait_event(written)
+            out = cupy.empty(contiguous.shape, dtype=contiguous.dtype)
+            out.data.copy_from_device_async(contiguous.data, contiguous.nbytes, stream)
+            copied = stream.record()
+            if dtype is not None:
+                out = out.astype(dtype, copy=False)
+        with source:
+            source_stream.wait_event(copied)
+        return out
 
     def to_numpy(self, array: Any) -> np.ndarray:
         return cupy.asnumpy(array)
@@ -108,19 +175,58 @@ class CupyBackend(Backend):
         cupyx.scatter_add(target, index, values)
 
     def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
-        """cuBLAS (gemmEx, float32 accumulation) for bf16 too; but CuPy 14 sends a batched
-        (> 2-D) bf16 product to a kernel that refuses bf16 (cupy/cupy#10317, unreleased
-        fix), so those are widened to float32 first: the same arithmetic. ``out`` receives
-        the product, rounded to its dtype."""
-        if (a.dtype in NARROW_FLOATS or b.dtype in NARROW_FLOATS) and max(a.ndim, b.ndim) > 2:
-            product = cupy.matmul(a.astype(cupy.float32), b.astype(cupy.float32))
-        elif out is not None and a.dtype == b.dtype == out.dtype:
+        """bf16/fp16 products go to cuBLAS directly (``_gemm``): tensor cores, float32
+        accumulation and a float32 result (or ``out``'s dtype, rounded once by cuBLAS), 2-D
+        and batched alike, reading transposed and strided views in place. Other dtypes use
+        ``cupy.matmul`` (cuBLAS too). ``out`` receives the product, rounded to its dtype."""
+        if a.dtype == b.dtype and a.dtype in NARROW_FLOATS:
+            return self._gemm(a, b, out)
+        if out is not None and a.dtype == b.dtype == out.dtype:
             return cupy.matmul(a, b, out=out)
-        else:
-            product = cupy.matmul(a, b)
+        product = cupy.matmul(a, b)
         if out is None:
             return product
         out[...] = product
+        return out
+
+    def _gemm(self, a: Any, b: Any, out: Any) -> Any:
+        """``a @ b`` for bf16/fp16 operands as one cuBLAS call (``gemmEx``, or
+        ``gemmStridedBatchedEx`` for a batch) with float32 compute, its arguments from
+        ``gemm.plan_gemm``. CuPy's own matmul can't be used here: it returns the operands'
+        dtype (a bf16 linear would be rounded before its bias and again after), and CuPy 14
+        refuses batched bf16 products (cupy/cupy#10317). An operand cuBLAS can't read as it
+        is (GPT's (B, nh) head views, a partly broadcast batch) is copied contiguous first."""
+        a2 = a[None, :] if a.ndim == 1 else a  # (1, K): a row
+        b2 = b[:, None] if b.ndim == 1 else b  # (K, 1): a column
+        batch = tuple(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+        (M, K), N = a2.shape[-2:], b2.shape[-1]
+        shape = batch + (M, N)
+        result_shape = batch + ((M,) if a.ndim > 1 else ()) + ((N,) if b.ndim > 1 else ())
+        direct = (out is not None and out.dtype in _CUDA_DATA_TYPES and a.ndim > 1
+                  and b.ndim > 1 and out.shape == shape and gemm.expressible(
+                      out.shape, _element_strides(out)))
+        with self._cuda_device:
+            c = out if direct else cupy.empty(shape, dtype=np.float32)
+            if c.size and K == 0:
+                c.fill(0)
+            elif c.size:
+                operands = {}
+                for name, x, rows_cols in (("a", a2, (M, K)), ("b", b2, (K, N))):
+                    x = cupy.broadcast_to(x, batch + rows_cols)  # stride 0 over the batch
+                    if not gemm.expressible(x.shape, _element_strides(x)):
+                        x = cupy.ascontiguousarray(x)
+                    operands[name] = x
+                plan = gemm.plan_gemm(operands["a"].shape, _element_strides(operands["a"]),
+                                      operands["b"].shape, _element_strides(operands["b"]),
+                                      c.shape, _element_strides(c))
+                if plan is None:  # only past cuBLAS's int sizes
+                    raise ValueError(f"matmul: {tuple(a.shape)} @ {tuple(b.shape)} is too "
+                                     f"large for one cuBLAS call")
+                _launch_gemm(plan, operands[plan.first], operands[plan.second], c)
+        result = c.reshape(result_shape)
+        if out is None or direct:
+            return result if out is None else out
+        out[...] = result  # rounded to out's dtype
         return out
 
     def erf(self, x: Any) -> Any:
@@ -139,12 +245,13 @@ class CupyBackend(Backend):
 
     # --- random-number state ------------------------------------------------------------
     # ``cupy.random.default_rng(seed)`` is ``Generator(XORWOW(seed))``. In CuPy's source
-    # (cupy/random/_bit_generator.pyx, class ``_cuRANDGenerator``, as of v14) the bit
+    # (cupy/random/_bit_generator.pyx, class ``_cuRANDGenerator``, v14.0 to v14.2) the bit
     # generator's whole state is one device buffer ``_state``: int8, holding ``_size``
-    # cuRAND ``curandState`` records (one per GPU thread, Box-Muller cache included).
-    # ``_size`` defaults to ``8 * 256 * cupy.cuda.runtime.cudaDevAttrMultiProcessorCount``,
-    # which is that attribute's enum value (16), not the SM count: 32768 threads on any
-    # GPU. Every draw
+    # cuRAND ``curandState`` records of 48 bytes (one per GPU thread, Box-Muller cache
+    # included). ``_size`` defaults to ``8 * 256 * runtime.deviceGetAttribute(
+    # cudaDevAttrMultiProcessorCount, device)``: 2048 threads per SM of the device, so
+    # 96 KiB of state per SM: 13.0 MB on a 132-SM H100 (270,336 threads), 10.6 MB on a
+    # 108-SM A100. Every draw
     # (cupy/random/_generator_api.pyx, ``_launch_dist``) reads and advances those records
     # and nothing else. The Generator itself keeps only a binomial cache, which randn,
     # rand and randint never use. So copying ``_state``'s bytes out and into a new
@@ -152,14 +259,15 @@ class CupyBackend(Backend):
     # for this: where ``_state``/``_size`` are missing (a CuPy that reorganised them),
     # get_rng_state falls back to "reseed" (see below).
     def get_rng_state(self) -> dict:
-        """The XORWOW stream as JSON data, in one of two modes:
+        """The XORWOW stream as JSON data and one NumPy array, in one of two modes:
 
         - ``"exact"`` (CuPy 14 and the versions that keep ``XORWOW._state``): the bytes
-          of every per-thread cuRAND state, base64-encoded: with CuPy's default of 32768
-          threads of 48 bytes, 1.5 MB of state and 2 MB of text, a few ms to take (a
-          copy to the host, which waits for queued work, then the encoding; zlib would
-          save a quarter of the size for ten times the time). Restoring it continues the
-          stream exactly, and taking it changes nothing.
+          of every per-thread cuRAND state as a uint8 array in ``"data"`` (``"encoding":
+          "array"``): 96 KiB per SM with CuPy's default thread count, 13 MB on an H100,
+          which ``save_checkpoint`` stores as a .npy member of its own (as base64 inside
+          JSON, as versions before this one wrote it, it was 17 MB of text). Taking it is
+          one copy to the host, which waits for the queued work. Restoring it continues
+          the stream exactly, and taking it changes nothing.
         - ``"reseed"`` (a CuPy without ``_state``): a 63-bit seed drawn from the stream,
           which is then reseeded with it here too. Guarantee: the draws after restoring
           are those this process makes after the snapshot; but taking the snapshot
@@ -175,10 +283,9 @@ class CupyBackend(Backend):
         if isinstance(device_state, cupy.ndarray) and isinstance(size, (int, np.integer)) \
                 and size > 0:
             with self._cuda_device:
-                raw = device_state.get().tobytes()  # waits for the queued draws
+                raw = device_state.get().view(np.uint8)  # waits for the queued draws
             return {"kind": self.rng_kind, "bit_generator": name, "mode": "exact",
-                    "size": int(size), "nbytes": len(raw), "encoding": "base64",
-                    "data": base64.b64encode(raw).decode("ascii")}
+                    "size": int(size), "nbytes": raw.size, "encoding": "array", "data": raw}
         with self._cuda_device:
             seed = int(self._rng.integers(0, _MAX_RESEED, size=(), dtype=np.int64))
         self.seed(seed)
@@ -187,7 +294,9 @@ class CupyBackend(Backend):
     @classmethod
     def parse_rng_state(cls, state: Any) -> tuple:
         """``("exact", size, raw bytes)`` or ``("reseed", seed)``; ValueError if malformed.
-        Runs without CuPy, so a GPU's state can be checked on a CPU-only machine."""
+        Runs without CuPy, so a GPU's state can be checked on a CPU-only machine. An exact
+        state's ``"data"`` is a uint8 array (``"encoding": "array"``) or, in checkpoints
+        written before the array form, a base64 str (``"encoding": "base64"``)."""
         where = f"{cls.__name__}.set_rng_state"
         mode = state.get("mode") if isinstance(state, dict) else None
         if not isinstance(mode, str) or mode not in _RNG_KEYS:
@@ -204,13 +313,25 @@ class CupyBackend(Backend):
         if nbytes % size:
             raise ValueError(f"{where}: expected 'nbytes' to be a multiple of 'size' ({size} "
                              f"equal per-thread states), got {nbytes}")
-        if state["encoding"] != "base64" or not isinstance(state["data"], str):
-            raise ValueError(f"{where}: expected 'data' to be a str in encoding 'base64', "
-                             f"got a {type(state['data']).__name__} in {state['encoding']!r}")
-        try:
-            raw = base64.b64decode(state["data"], validate=True)
-        except binascii.Error as exc:
-            raise ValueError(f"{where}: 'data' is not base64 ({exc})") from None
+        encoding, data = state["encoding"], state["data"]
+        if encoding == "array":
+            if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1):
+                got = (f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray)
+                       else type(data).__name__)
+                raise ValueError(f"{where}: expected 'data' to be a 1-D uint8 NumPy array in "
+                                 f"encoding 'array', got a {got}")
+            raw = data.tobytes()
+        elif encoding == "base64":
+            if not isinstance(data, str):
+                raise ValueError(f"{where}: expected 'data' to be a str in encoding 'base64', "
+                                 f"got a {type(data).__name__}")
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"{where}: 'data' is not base64 ({exc})") from None
+        else:
+            raise ValueError(f"{where}: expected encoding 'array' (a uint8 array) or, as older "
+                             f"checkpoints hold, encoding 'base64', got {encoding!r}")
         if len(raw) != nbytes:
             raise ValueError(f"{where}: expected 'data' to decode to {nbytes} bytes "
                              f"('nbytes'), got {len(raw)}")

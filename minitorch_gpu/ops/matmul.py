@@ -99,7 +99,10 @@ class Linear(Function):
         rows = x.reshape(-1, x.shape[-1])  # (M, in), M = product of the leading dims
         out = ctx.backend.matmul(rows, weight.T)  # (M, out); weight.T is a view BLAS reads transposed
         if bias is not None:
-            out = widened(out)  # a bf16 product gets its bias in float32: one rounding
+            # the backend returns a bf16 product in float32 (cuBLAS's float32 output on the
+            # GPU, BLAS on widened operands on the CPU): the bias is added before the one
+            # rounding below
+            out = widened(out)
             out += bias  # in place: no second activation-sized buffer
         # bf16 operands accumulate in float32: round once, here
         if out.dtype != x.dtype and x.dtype == weight.dtype:
@@ -114,11 +117,11 @@ class Linear(Function):
         grad_x = ctx.backend.matmul(g, weight).reshape(ctx.x_shape) if need_x else None  # (M, in)
         grad_w = ctx.backend.matmul(g.T, x.reshape(-1, x.shape[-1])) if need_w else None  # (out, in)
         grad_b = None
-        if need_b:  # (out,): the column sums as a matrix-vector product (BLAS, every core),
-            # in float32 for bf16 (a long sum in bf16 loses the low bits)
-            wide = widened(g)
-            ones = ctx.xp.ones(wide.shape[0], dtype=wide.dtype)
-            grad_b = ctx.backend.matmul(ones, wide).astype(g.dtype, copy=False)
+        if need_b:  # (out,): the column sums as a vector-matrix product (BLAS on every
+            # core; cuBLAS), summed in float32 for bf16 as every product here is (a long sum
+            # in bf16 would lose the low bits), without a float32 copy of the gradient
+            ones = ctx.xp.ones(g.shape[0], dtype=g.dtype)
+            grad_b = ctx.backend.matmul(ones, g).astype(g.dtype, copy=False)
         return grad_x, grad_w, grad_b
 
 

@@ -178,9 +178,10 @@ class Cast(Function):
     @staticmethod
     def forward(ctx, a, dtype):
         ctx.in_dtype = a.dtype
-        if dtype == dtypes.bfloat16 and a.dtype == dtypes.float32:
-            # rounded on the bits, so that the CPU and the GPU round alike
-            return dtypes.float32_to_bfloat16(a, ctx.xp)
+        # float32 -> bf16 rounds to nearest, ties to even, in one pass on both backends:
+        # ml_dtypes on the CPU (5x faster than the bit-level dtypes.float32_to_bfloat16 it
+        # matches bit for bit), CUDA's __float2bfloat16_rn in CuPy's astype on the GPU
+        # (checked against it in test_amp; only a NaN's payload differs)
         return a.astype(dtype)
 
     @staticmethod
