@@ -4,8 +4,10 @@ A checkpoint is a ZIP archive of uncompressed members, written atomically and re
 running any code: arrays are ``.npy`` members read with pickling off, the rest is JSON.
 Members, in the order written::
 
-    format.json        {"format": "minitorch-gpu-checkpoint", "version": 1}
-    meta.json          the caller's metadata (JSON; see encode_tree for tuples, NaN, int keys)
+    format.json        {"format": "minitorch-gpu-checkpoint", "version": 2}
+    meta.json          {"tree": the caller's metadata, encoded (see encode_tree for tuples,
+                       NaN, int keys and arrays), "arrays": [index entries]}
+    meta/<n>.npy       its arrays (a CUDA generator's state: 13 MB of bytes, not base64 text)
     model.json         the model's index: {"arrays": [{"key", "file", "dtype", "encoding",
                        "shape"}, ...]} in state-dict order
     model/<key>.npy    one .npy per state-dict entry; tied entries (the same array under
@@ -15,6 +17,7 @@ Members, in the order written::
                        there, so a damaged ZIP directory can't hide it)
     optimizer/<n>.npy  its arrays, numbered in the order the tree meets them
 
+Version 1 (still read) had no meta arrays: its meta.json is the encoded metadata alone.
 An index entry's ``"encoding"`` is ``"npy"`` (the member holds the array as it is) or
 ``"raw"``: a dtype the .npy format can't describe (bfloat16 and ml_dtypes' other small
 floats) is stored as its unsigned-integer view of the same width, and ``"dtype"`` names the
@@ -50,7 +53,8 @@ __all__ = ["Checkpoint", "CheckpointError", "FORMAT", "VERSION", "decode_tree", 
            "load_checkpoint", "read_checkpoint_meta", "save_checkpoint"]
 
 FORMAT = "minitorch-gpu-checkpoint"  # format.json's "format": what marks a file as ours
-VERSION = 1  # format.json's "version": raise it when old readers can't read the new layout
+VERSION = 2  # format.json's "version": raise it when old readers can't read the new layout
+# (2: meta.json became {"tree", "arrays"}, so metadata may hold arrays; 1 is still read)
 
 PathLike = Union[str, "os.PathLike[str]"]
 T = TypeVar("T")
@@ -381,7 +385,9 @@ def save_checkpoint(path: PathLike, model_state: Mapping[str, Any],
 
     ``model_state`` maps names to Tensors or arrays (``model.state_dict()``),
     ``optimizer_state`` is ``optimizer.state_dict()`` (or any nested data with arrays, see
-    ``encode_tree``), ``meta`` is JSON data (numbers, str, lists, tuples, dicts; no arrays).
+    ``encode_tree``), ``meta`` is JSON data (numbers, str, lists, tuples, dicts) and arrays
+    (a CUDA generator's state from ``backend.get_rng_state()``), each array stored as a
+    .npy member of its own.
     Everything is checked before the disk is touched. The file is written beside ``path``
     as ``.<name>.tmp-<pid>``, flushed to disk, then renamed over ``path``: a crash leaves
     either the old file or the new one, never a mix, and no temporary file on an error.
@@ -398,7 +404,10 @@ def save_checkpoint(path: PathLike, model_state: Mapping[str, Any],
     if optimizer_state is not None and not isinstance(optimizer_state, Mapping):
         raise TypeError(f"save_checkpoint: expected optimizer_state to be a dict "
                         f"(optimizer.state_dict()), got {type(optimizer_state).__name__}")
-    meta_tree = _encode(dict(meta or {}), [], {}, "save_checkpoint: meta", allow_arrays=False)
+    meta_arrays: List[Any] = []
+    meta_tree = _encode(dict(meta or {}), meta_arrays, {}, "save_checkpoint: meta")
+    meta_index = [_index_entry(value, f"meta/{i}.npy", f"meta array {i}")
+                  for i, value in enumerate(meta_arrays)]
     model_index, model_arrays = _model_plan(model_state)
     optimizer_tree, optimizer_arrays = None, []
     if optimizer_state is not None:
@@ -422,7 +431,9 @@ def save_checkpoint(path: PathLike, model_state: Mapping[str, Any],
         with atomic_write(path) as file:
             with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED) as archive:
                 _write_json(archive, "format.json", {"format": FORMAT, "version": VERSION})
-                _write_json(archive, "meta.json", meta_tree)
+                _write_json(archive, "meta.json", {"tree": meta_tree, "arrays": meta_index})
+                for entry, value in zip(meta_index, meta_arrays):
+                    _write_array(archive, value, entry)
                 _write_json(archive, "model.json", {"arrays": model_index})
                 for entry, value in model_arrays:
                     _write_array(archive, value, entry)
@@ -480,8 +491,8 @@ def load_checkpoint(path: PathLike, *, load_optimizer: bool = True) -> Checkpoin
     """
     path = Path(path)
 
-    def read(archive: zipfile.ZipFile, size: int) -> Checkpoint:
-        meta = _read_meta(archive)
+    def read(archive: zipfile.ZipFile, size: int, version: int) -> Checkpoint:
+        meta, meta_entries = _read_meta(archive, size, version)
         model_index = _json_field(_read_json(archive, "model.json"), "model.json", "arrays",
                                   list)
         model_entries = [_parse_entry(entry, f"model.json entry {i}")
@@ -495,7 +506,7 @@ def load_checkpoint(path: PathLike, *, load_optimizer: bool = True) -> Checkpoin
             optimizer_entries = [_parse_entry(entry, f"optimizer.json array {i}") for i, entry
                                  in enumerate(_json_field(saved, "optimizer.json", "arrays",
                                                           list))]
-        _check_members(archive, model_entries + optimizer_entries,
+        _check_members(archive, meta_entries + model_entries + optimizer_entries,
                        skipped="" if load_optimizer else "optimizer/")
 
         model: Dict[str, np.ndarray] = {}
@@ -516,10 +527,12 @@ def load_checkpoint(path: PathLike, *, load_optimizer: bool = True) -> Checkpoin
 
 
 def read_checkpoint_meta(path: PathLike) -> Dict[str, Any]:
-    """The metadata of a checkpoint, reading nothing else (no arrays): cheap. Raises
-    CheckpointError as ``load_checkpoint`` does."""
+    """The metadata of a checkpoint (with its own arrays, such as a CUDA generator's
+    state), reading no model or optimizer array: cheap. Raises CheckpointError as
+    ``load_checkpoint`` does."""
     path = Path(path)
-    return _read_checkpoint(path, lambda archive, size: _read_meta(archive))
+    return _read_checkpoint(path, lambda archive, size, version:
+                            _read_meta(archive, size, version)[0])
 
 
 def _check_members(archive: zipfile.ZipFile, entries: List[Dict[str, Any]], skipped: str
@@ -538,11 +551,22 @@ def _check_members(archive: zipfile.ZipFile, entries: List[Dict[str, Any]], skip
             raise ValueError(f"unexpected member {name[:80]!r}, which no index lists")
 
 
-def _read_meta(archive: zipfile.ZipFile) -> Dict[str, Any]:
-    meta = decode_tree(_read_json(archive, "meta.json"))
+def _read_meta(archive: zipfile.ZipFile, size: int, version: int
+               ) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """The metadata and the index entries of its arrays (none in a version 1 file, whose
+    meta.json is the encoded metadata itself)."""
+    saved = _read_json(archive, "meta.json")
+    entries: List[Dict[str, Any]] = []
+    if version == 1:
+        tree = saved
+    else:
+        tree = _json_field(saved, "meta.json", "tree", dict)
+        entries = [_parse_entry(entry, f"meta.json array {i}")
+                   for i, entry in enumerate(_json_field(saved, "meta.json", "arrays", list))]
+    meta = decode_tree(tree, [_read_array(archive, entry, size) for entry in entries])
     if not isinstance(meta, dict):
         raise ValueError(f"meta.json holds a {type(meta).__name__}, expected a dict")
-    return meta
+    return meta, entries
 
 
 def _has_member(archive: zipfile.ZipFile, name: str) -> bool:
@@ -571,9 +595,9 @@ def _json_field(data: Any, name: str, key: str, kind: Union[type, Tuple[type, ..
     return data[key]
 
 
-def _read_checkpoint(path: Path, read: Callable[[zipfile.ZipFile, int], T]) -> T:
-    """Open ``path`` as a checkpoint, check its format.json, and run ``read(archive, size)``;
-    every failure becomes a one-line CheckpointError naming the file."""
+def _read_checkpoint(path: Path, read: Callable[[zipfile.ZipFile, int, int], T]) -> T:
+    """Open ``path`` as a checkpoint, check its format.json, and run ``read(archive, size,
+    version)``; every failure becomes a one-line CheckpointError naming the file."""
     name = str(path)
     try:
         status = path.stat()
@@ -608,8 +632,8 @@ def _read_checkpoint(path: Path, read: Callable[[zipfile.ZipFile, int], T]) -> T
                                   f"{_one_line(exc)}") from None
         with archive:
             try:
-                _check_format(archive, name)
-                return read(archive, status.st_size)
+                version = _check_format(archive, name)
+                return read(archive, status.st_size, version)
             except CheckpointError:
                 raise
             except _READ_ERRORS as exc:
@@ -630,8 +654,9 @@ def _begins_like_a_checkpoint(head: bytes) -> bool:
     return name_length == len("format.json") and b"format.json".startswith(name)
 
 
-def _check_format(archive: zipfile.ZipFile, name: str) -> None:
-    """CheckpointError unless format.json says this is a checkpoint of a version we read."""
+def _check_format(archive: zipfile.ZipFile, name: str) -> int:
+    """The format version; CheckpointError unless format.json says this is a checkpoint
+    of a version we read."""
     if not _has_member(archive, "format.json"):
         raise CheckpointError(f"{name!r} is not a minitorch-gpu checkpoint: it is a ZIP "
                               "archive without format.json")
@@ -647,6 +672,7 @@ def _check_format(archive: zipfile.ZipFile, name: str) -> None:
         raise CheckpointError(f"checkpoint file {name!r} has format version {version}, newer "
                               f"than this minitorch-gpu reads (up to {VERSION}); upgrade "
                               "minitorch-gpu to load it")
+    return version
 
 
 def _one_line(exc: BaseException) -> str:

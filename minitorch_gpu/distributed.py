@@ -119,7 +119,8 @@ class ProcessGroup:
         return [float(v) for v in values]
 
     def gather_object(self, obj: Any) -> Optional[List[Any]]:
-        """Every rank's ``obj`` (JSON-like data), in rank order, on rank 0; None elsewhere."""
+        """Every rank's ``obj`` (JSON-like data, NumPy arrays too: MPI pickles it), in rank
+        order, on rank 0; None elsewhere."""
         return [obj]
 
     def abort(self, code: int) -> NoReturn:

@@ -13,6 +13,7 @@ import minitorch_gpu as mt
 from minitorch_gpu.backend import cupy_backend, parse_device
 from minitorch_gpu.backend.cupy_backend import CupyBackend
 from minitorch_gpu.backend.numpy_backend import _erf
+from minitorch_gpu.checkpoint import decode_tree, encode_tree, read_checkpoint_meta, save_checkpoint
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -198,13 +199,25 @@ def draw_everything(device):
             mt.functional.dropout(mt.ones(40, device=device), p=0.5).tolist())
 
 
+def same_state(a, b) -> bool:
+    """Whether two random-number states are equal: JSON data alike and their arrays (a
+    CUDA generator's bytes) of one dtype and content (``==`` on a dict of arrays raises)."""
+    (tree_a, arrays_a), (tree_b, arrays_b) = encode_tree(a), encode_tree(b)
+    return tree_a == tree_b and len(arrays_a) == len(arrays_b) and all(
+        x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(arrays_a, arrays_b))
+
+
 def test_rng_state_continues_the_stream(device):
     mt.randint(0, 10, (1,), dtype="int32", device=device)  # leaves half a 64-bit draw cached
     state = mt.backend.get_rng_state()
-    assert json.loads(json.dumps(state, allow_nan=False)) == state  # plain JSON data
+    # plain JSON data, but for a CUDA generator's state: a uint8 array of its bytes
+    tree, arrays = encode_tree(state)
+    assert json.loads(json.dumps(tree, allow_nan=False)) == tree
+    assert all(array.dtype == np.uint8 and array.ndim == 1 for array in arrays)
     assert str(parse_device(device)) in state["backends"] and state["seed"] == 0
     expected = [draw_everything(device) for _ in range(3)]
-    for restored in (state, json.loads(json.dumps(state))):
+    stored = decode_tree(json.loads(json.dumps(tree)), [array.copy() for array in arrays])
+    for restored in (state, stored):
         mt.manual_seed(99)
         mt.backend.set_rng_state(restored)
         assert [draw_everything(device) for _ in range(3)] == expected
@@ -277,7 +290,7 @@ def test_set_rng_state_rejects_malformed_states_and_changes_nothing(change, matc
     with pytest.raises(ValueError, match=match):
         mt.backend.set_rng_state(change(state))
     assert mt.randn(4).tolist() == expected
-    assert mt.backend.get_rng_state() == mt.backend.get_rng_state() and \
+    assert same_state(mt.backend.get_rng_state(), mt.backend.get_rng_state()) and \
         mt.backend.get_rng_state()["seed"] == state["seed"]
 
 
@@ -293,6 +306,7 @@ def test_a_state_for_a_device_not_made_yet_waits_for_it():
 # CuPy's states can be checked on any machine; restoring them is exercised below against a
 # stand-in for CuPy with the layout cupy_backend relies on, and on a GPU by the tests above.
 def exact_cupy_state(raw: bytes, size: int, **changes) -> dict:
+    """An exact state as checkpoints before meta arrays hold it: base64 text."""
     state = {"kind": "cupy", "bit_generator": "XORWOW", "mode": "exact", "size": size,
              "nbytes": len(raw), "encoding": "base64",
              "data": base64.b64encode(raw).decode("ascii")}
@@ -300,10 +314,18 @@ def exact_cupy_state(raw: bytes, size: int, **changes) -> dict:
     return state
 
 
+def array_cupy_state(raw: bytes, size: int, **changes) -> dict:
+    """An exact state as get_rng_state gives it: the bytes as a uint8 array."""
+    return exact_cupy_state(raw, size, **{"encoding": "array",
+                                          "data": np.frombuffer(raw, np.uint8).copy(),
+                                          **changes})
+
+
 RAW = bytes(range(256)) * 3  # 16 states of 48 bytes
 
 
 def test_cupy_rng_states_are_checked_without_a_gpu():
+    assert CupyBackend.parse_rng_state(array_cupy_state(RAW, 16)) == ("exact", 16, RAW)
     assert CupyBackend.parse_rng_state(exact_cupy_state(RAW, 16)) == ("exact", 16, RAW)
     assert CupyBackend.parse_rng_state(CUDA_RESEED) == ("reseed", 5)
 
@@ -315,6 +337,12 @@ def test_cupy_rng_states_are_checked_without_a_gpu():
     (exact_cupy_state(RAW, 16, data="not base64!"), "'data' is not base64"),
     (exact_cupy_state(RAW, 16, data=7), "'data' to be a str"),
     (exact_cupy_state(RAW, 16, encoding="zlib+base64"), "encoding 'base64'"),
+    (array_cupy_state(RAW, 16, nbytes=784), "decode to 784 bytes.*got 768"),
+    (array_cupy_state(RAW, 16, data=np.frombuffer(RAW, np.int8)), "uint8.*got a int8 array"),
+    (array_cupy_state(RAW, 16, data=np.frombuffer(RAW, np.uint8).reshape(16, 48)),
+     r"1-D uint8.*shape \(16, 48\)"),
+    (array_cupy_state(RAW, 16, data=list(RAW)), "NumPy array.*got a list"),
+    (array_cupy_state(RAW, 16, data=exact_cupy_state(RAW, 16)["data"]), "got a str"),
     (exact_cupy_state(RAW, 16, mode="fast"), "mode 'exact' or 'reseed'"),
     (exact_cupy_state(RAW, 16, mode=["exact"]), "mode 'exact' or 'reseed'"),
     (exact_cupy_state(RAW, 16, bit_generator="Philox4x3210"), "XORWOW"),
@@ -394,7 +422,7 @@ def fake_cupy(opaque: bool) -> types.SimpleNamespace:
 
 
 @pytest.mark.parametrize("opaque", [False, True], ids=["exact", "reseed"])
-def test_cupy_rng_state_round_trip_against_a_stand_in_for_cupy(monkeypatch, opaque):
+def test_cupy_rng_state_round_trip_against_a_stand_in_for_cupy(monkeypatch, tmp_path, opaque):
     monkeypatch.setattr(cupy_backend, "cupy", fake_cupy(opaque))
 
     def draws(backend):
@@ -404,12 +432,23 @@ def test_cupy_rng_state_round_trip_against_a_stand_in_for_cupy(monkeypatch, opaq
 
     backend = CupyBackend(0, seed=3)
     backend.randn((2,), mt.float32)
-    state = json.loads(json.dumps(backend.get_rng_state()))
+    taken = backend.get_rng_state()
+    if not opaque:  # the stand-in's 32 threads of 48 bytes, as bytes rather than text
+        assert taken["encoding"] == "array" and taken["nbytes"] == 32 * 48
+        assert taken["data"].dtype == np.uint8 and taken["data"].shape == (32 * 48,)
+    # as another process finds it: in a checkpoint, the bytes a .npy member of it
+    path = save_checkpoint(tmp_path / "rng.ckpt", {}, meta={"rng": taken})
+    state = read_checkpoint_meta(path)["rng"]
     assert state["mode"] == ("reseed" if opaque else "exact")
     expected = [draws(backend) for _ in range(2)]
     resumed = CupyBackend(0, seed=4)  # another process's backend
     resumed.set_rng_state(state)
     assert [draws(resumed) for _ in range(2)] == expected
+    if not opaque:  # the same bytes as base64 text, as older checkpoints hold them
+        older = dict(state, encoding="base64",
+                     data=base64.b64encode(state["data"].tobytes()).decode("ascii"))
+        resumed.set_rng_state(older)
+        assert [draws(resumed) for _ in range(2)] == expected
     untouched = CupyBackend(0, seed=3)
     untouched.randn((2,), mt.float32)
     # an exact snapshot leaves the stream alone; a reseed snapshot moves it (documented)
@@ -420,6 +459,8 @@ def test_a_cupy_state_of_another_layout_is_refused(monkeypatch):
     monkeypatch.setattr(cupy_backend, "cupy", fake_cupy(False))
     backend = CupyBackend(0, seed=3)
     before = backend.get_rng_state()
-    with pytest.raises(ValueError, match="40 per thread"):
-        backend.set_rng_state(exact_cupy_state(bytes(16 * 40), 16))
-    assert backend.get_rng_state() == before
+    for state in (array_cupy_state(bytes(16 * 40), 16), exact_cupy_state(bytes(16 * 40), 16)):
+        with pytest.raises(ValueError, match="40 per thread"):
+            backend.set_rng_state(state)
+    assert same_state(backend.get_rng_state(), before)
+

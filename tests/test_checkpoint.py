@@ -1,5 +1,6 @@
 """Checkpoint files: round trips of a GPT and AdamW, dtypes bit for bit, atomic writes, and
 one-line CheckpointErrors for every damaged or foreign file."""
+import base64
 import errno
 import io
 import json
@@ -13,6 +14,7 @@ import pytest
 
 import minitorch_gpu as mt
 from minitorch_gpu import nn
+from minitorch_gpu.backend.cupy_backend import CupyBackend
 from minitorch_gpu.checkpoint import (Checkpoint, CheckpointError, decode_tree, encode_tree,
                                       load_checkpoint, read_checkpoint_meta, save_checkpoint)
 
@@ -46,6 +48,24 @@ def assert_same_arrays(a: np.ndarray, b: np.ndarray) -> None:
     """Same dtype, shape and bytes (NaN payloads and -0.0 included)."""
     assert a.dtype == b.dtype and a.shape == b.shape
     assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def assert_same_tree(got, expected, where: str = "tree") -> None:
+    """``got == expected`` for nested data that may hold NumPy arrays (compared with
+    assert_same_arrays; ``==`` on a dict holding arrays raises)."""
+    if isinstance(expected, np.ndarray):
+        assert isinstance(got, np.ndarray), where
+        assert_same_arrays(got, expected)
+    elif isinstance(expected, dict):
+        assert isinstance(got, dict) and list(got) == list(expected), where
+        for key in expected:
+            assert_same_tree(got[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert type(got) is type(expected) and len(got) == len(expected), where
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_same_tree(g, e, f"{where}[{i}]")
+    else:
+        assert got is expected or got == expected, where  # the same NaN object is equal
 
 
 def assert_one_line_error(path, *fragments: str) -> CheckpointError:
@@ -177,10 +197,10 @@ def test_meta_round_trips_big_ints_rng_states_and_json_edge_cases(tmp_path):
             "numpy_numbers": [np.int64(7), np.float32(0.5), np.bool_(True)]}
     path = save_checkpoint(tmp_path / "m.ckpt", {}, meta=meta)
     loaded = read_checkpoint_meta(path)
-    assert load_checkpoint(path).meta == loaded
+    assert_same_tree(load_checkpoint(path).meta, loaded)
     assert math.isnan(loaded.pop("nan")) and math.isnan(meta.pop("nan"))
     expected = dict(meta, numpy_numbers=[7, 0.5, True])
-    assert loaded == expected
+    assert_same_tree(loaded, expected)  # with a GPU's generator state (an array) if any
     assert type(loaded["config"]["betas"]) is tuple and loaded["big"] == 2**200 + 1
     assert loaded["rng"]["backends"]["cpu"]["state"] == rng_state["backends"]["cpu"]["state"]
     with zipfile.ZipFile(path) as archive:  # strict JSON: no NaN/Infinity literals
@@ -196,6 +216,92 @@ def test_rng_state_saved_in_meta_resumes_the_stream(tmp_path):
     mt.manual_seed(123)
     mt.backend.set_rng_state(read_checkpoint_meta(path)["rng"])
     assert [mt.randn(4).tolist(), mt.functional.dropout(mt.ones(16), 0.5).tolist()] == expected
+
+
+def test_meta_arrays_are_npy_members_that_meta_json_indexes(tmp_path):
+    shared = np.arange(10, dtype=np.uint8)
+    meta = {"iter_num": 3, "a": shared, "b": [shared, np.array(2.5)],
+            "c": {0: np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)}}
+    path = save_checkpoint(tmp_path / "m.ckpt", {"w": np.zeros(2)}, meta=meta)
+    for loaded in (read_checkpoint_meta(path), load_checkpoint(path).meta):
+        assert_same_tree(loaded, meta)
+        assert loaded["a"] is loaded["b"][0]  # one array, one member
+    with zipfile.ZipFile(path) as archive:
+        assert archive.namelist()[:5] == ["format.json", "meta.json", "meta/0.npy",
+                                          "meta/1.npy", "meta/2.npy"]
+        saved = json.loads(archive.read("meta.json"))
+    assert saved["tree"]["b"] == [{"__array__": 0}, {"__array__": 1}]
+    assert saved["arrays"][2] == {"file": "meta/2.npy", "dtype": "bfloat16",
+                                  "encoding": "raw", "shape": [2]}
+
+
+RAW_CUDA_STATE = bytes(range(256)) * 3  # 16 cuRAND XORWOW states of 48 bytes
+
+
+def cuda_rng_state(encoding: str) -> dict:
+    """A CUDA backend's generator state as get_rng_state gives it (encoding "array"), or
+    as checkpoints before meta arrays held it (base64 text). test_backend checks that a
+    backend on a stand-in for CuPy makes and takes such states."""
+    state = {"kind": "cupy", "bit_generator": "XORWOW", "mode": "exact", "size": 16,
+             "nbytes": len(RAW_CUDA_STATE)}
+    if encoding == "array":
+        return dict(state, encoding="array", data=np.frombuffer(RAW_CUDA_STATE, np.uint8).copy())
+    return dict(state, encoding="base64", data=base64.b64encode(RAW_CUDA_STATE).decode("ascii"))
+
+
+def rng_with_cuda(encoding: str) -> dict:
+    """mt.backend.get_rng_state()'s form, with this CPU's stream and a GPU's."""
+    return {"format": "minitorch-gpu-rng-state", "version": 1, "seed": 0,
+            "backends": {"cpu": mt.get_backend("cpu").get_rng_state(),
+                         "cuda:0": cuda_rng_state(encoding)}}
+
+
+def test_a_gpu_generator_state_is_stored_as_bytes_not_base64_text(tmp_path):
+    """The trainer's meta: rank 0's state, and every other rank's in other_ranks."""
+    ranks = [rng_with_cuda("array") for _ in range(3)]
+    meta = {"iter_num": 4, "rng": ranks[0], "other_ranks": [{"rng": r} for r in ranks[1:]]}
+    path = save_checkpoint(tmp_path / "gpu.ckpt", {}, meta=meta)
+    with zipfile.ZipFile(path) as archive:
+        index = json.loads(archive.read("meta.json"))["arrays"]
+        assert index == [{"file": f"meta/{i}.npy", "dtype": "|u1", "encoding": "npy",
+                          "shape": [len(RAW_CUDA_STATE)]} for i in range(3)]
+        for entry in index:  # the bytes and a .npy header of 128
+            assert archive.getinfo(entry["file"]).file_size == len(RAW_CUDA_STATE) + 128
+        assert len(archive.read("meta.json")) < 3000  # the JSON holds no state, only its place
+    loaded = read_checkpoint_meta(path)
+    assert_same_tree(loaded, meta)
+    for state in [loaded["rng"]] + [rank["rng"] for rank in loaded["other_ranks"]]:
+        assert CupyBackend.parse_rng_state(state["backends"]["cuda:0"]) == \
+            ("exact", 16, RAW_CUDA_STATE)
+
+
+def as_version_1(path) -> None:
+    """Rewrite a checkpoint whose metadata holds no arrays in the layout of format version
+    1, as minitorch-gpu wrote it before meta arrays: meta.json is the encoded metadata."""
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    saved = json.loads(members["meta.json"])
+    assert saved["arrays"] == []
+    members["format.json"] = json.dumps({"format": "minitorch-gpu-checkpoint", "version": 1})
+    members["meta.json"] = json.dumps(saved["tree"])
+    write_zip(path, members)
+
+
+def test_a_version_1_checkpoint_with_a_base64_gpu_state_still_loads(tmp_path):
+    model = tiny_gpt(0)
+    optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-2)
+    train_steps(model, optimizer, mt.randint(0, TINY["vocab_size"], (2, 8)), 1)
+    path = save_checkpoint(tmp_path / "old.ckpt", model.state_dict(), optimizer.state_dict(),
+                           {"iter_num": 1, "rng": rng_with_cuda("base64")})
+    new = load_checkpoint(path)
+    as_version_1(path)
+    old = load_checkpoint(path)
+    assert_same_tree(old.model, new.model)
+    assert_same_tree(old.optimizer, new.optimizer)
+    assert_same_tree(old.meta, new.meta)
+    assert_same_tree(read_checkpoint_meta(path), new.meta)
+    assert CupyBackend.parse_rng_state(old.meta["rng"]["backends"]["cuda:0"]) == \
+        ("exact", 16, RAW_CUDA_STATE)
 
 
 def test_load_optimizer_false_and_checkpoints_without_optimizer(tmp_path):
@@ -220,7 +326,7 @@ def test_keys_that_are_not_file_names_and_the_member_layout(tmp_path):
         names = archive.namelist()
         assert names[:3] == ["format.json", "meta.json", "model.json"]
         assert json.loads(archive.read("format.json")) == {
-            "format": "minitorch-gpu-checkpoint", "version": 1}
+            "format": "minitorch-gpu-checkpoint", "version": 2}
         assert "model/plain.weight.npy" in names and "model/...npy" in names
         assert all(info.compress_type == zipfile.ZIP_STORED for info in archive.infolist())
 
@@ -237,7 +343,10 @@ def test_same_content_gives_the_same_bytes(tmp_path):
     (({3: np.zeros(1)},), TypeError, "key 3"),
     (({"w": np.array([object()])},), TypeError, "dtype object"),
     (({"w": np.zeros(1, dtype=[("a", "f4")])},), TypeError, "can't be saved"),
-    (({}, None, {"x": np.zeros(2)}), TypeError, r"meta\['x'\] is a ndarray"),
+    (({}, None, {"x": [np.array([object()])]}), TypeError,
+     r"meta\['x'\]\[0\] is an array of Python objects"),
+    (({}, None, {"x": np.zeros(1, dtype=[("a", "f4")])}), TypeError,
+     "meta array 0 has dtype .* can't be saved"),
     (({}, None, {"x": {1, 2}}), TypeError, r"meta\['x'\] is a set"),
     (({}, {"state": {0: {"f": lambda: 0}}}), TypeError, "is a function"),
     (({}, {"state": {np.zeros(1).tobytes(): 1}}), TypeError, "is a bytes"),
@@ -396,17 +505,20 @@ FORMAT_JSON = json.dumps({"format": "minitorch-gpu-checkpoint", "version": 1})
 def fake_checkpoint(path, entry=None, **replaced) -> None:
     """A hand-made checkpoint: every member a valid empty one unless ``replaced`` (a member
     name with "." and "/" as "_", None to leave it out); ``entry`` is one model.json entry
-    for "w" (its .npy given as ``model_w_npy``)."""
+    for "w" (its .npy given as ``model_w_npy``; a meta array's as ``meta_0_npy``)."""
     members = {"format.json": FORMAT_JSON, "meta.json": "{}",
                "model.json": json.dumps({"arrays": [dict(key="w", **entry)] if entry else []}),
                "optimizer.json": '{"tree": null, "arrays": []}'}
     for name, content in replaced.items():
-        member = {"model_w_npy": "model/w.npy"}.get(name) or name.replace("_", ".")
+        member = ({"model_w_npy": "model/w.npy", "meta_0_npy": "meta/0.npy"}.get(name)
+                  or name.replace("_", "."))
         members[member] = content
     write_zip(path, {name: content for name, content in members.items() if content is not None})
 
 
 W_F8 = {"file": "model/w.npy", "dtype": "<f8", "encoding": "npy", "shape": [2]}
+FORMAT_2_JSON = json.dumps({"format": "minitorch-gpu-checkpoint", "version": 2})
+META_U1 = {"file": "meta/0.npy", "dtype": "|u1", "encoding": "npy", "shape": [3]}
 
 
 @pytest.mark.parametrize("make, fragments", [
@@ -423,8 +535,8 @@ W_F8 = {"file": "model/w.npy", "dtype": "<f8", "encoding": "npy", "shape": [2]}
      ["is not a minitorch-gpu checkpoint", "'other'"]),
     (lambda p: fake_checkpoint(p, format_json="[1, 2]"), ["is not a minitorch-gpu checkpoint"]),
     (lambda p: fake_checkpoint(p, format_json=json.dumps(
-        {"format": "minitorch-gpu-checkpoint", "version": 2})),
-     ["format version 2, newer than this minitorch-gpu reads", "upgrade"]),
+        {"format": "minitorch-gpu-checkpoint", "version": 3})),
+     ["format version 3, newer than this minitorch-gpu reads (up to 2)", "upgrade"]),
     (lambda p: fake_checkpoint(p, format_json=json.dumps(
         {"format": "minitorch-gpu-checkpoint", "version": "1"})), ["is corrupt", "version"]),
     (lambda p: fake_checkpoint(p, format_json="{not json"), ["is corrupt"]),
@@ -446,11 +558,19 @@ W_F8 = {"file": "model/w.npy", "dtype": "<f8", "encoding": "npy", "shape": [2]}
     (lambda p: fake_checkpoint(p, dict(W_F8, shape=[1]),
                                model_w_npy=_npy_bytes(np.array([None]), allow_pickle=True)),
      ["is corrupt", "holds object (1,)"]),  # the pickle is never loaded
+    (lambda p: fake_checkpoint(p, format_json=FORMAT_2_JSON),
+     ["is corrupt", "meta.json has no 'tree' key"]),
+    (lambda p: fake_checkpoint(p, format_json=FORMAT_2_JSON, meta_json=json.dumps(
+        {"tree": {"x": {"__array__": 0}}, "arrays": [META_U1]})), ["is corrupt", "meta/0.npy"]),
+    (lambda p: fake_checkpoint(p, format_json=FORMAT_2_JSON, meta_json=json.dumps(
+        {"tree": {"x": {"__array__": 1}}, "arrays": [META_U1]}), meta_0_npy=_npy_bytes(
+            np.zeros(3, np.uint8))), ["is corrupt", "expected an array index in [0, 1)"]),
 ], ids=["missing", "directory", "empty", "random-bytes", "text", "npy", "zip-without-format",
         "other-format", "format-not-a-dict", "newer-version", "version-not-an-int",
         "format-not-json", "no-meta", "no-model", "meta-not-a-dict", "no-optimizer",
         "optimizer-tree-not-a-dict", "unknown-member", "missing-array", "object-dtype-index",
-        "negative-shape", "array-disagrees-with-index", "short-array", "pickled-array"])
+        "negative-shape", "array-disagrees-with-index", "short-array", "pickled-array",
+        "v2-meta-without-tree", "missing-meta-array", "meta-array-index-out-of-range"])
 def test_foreign_and_damaged_files_raise_one_line_checkpoint_errors(tmp_path, make, fragments):
     path = tmp_path / "x.ckpt"
     make(path)

@@ -62,11 +62,13 @@ def _backend_class(device: Device) -> type:
 
 
 def get_rng_state() -> dict:
-    """Every backend's random stream and the global seed, as plain JSON data.
+    """Every backend's random stream and the global seed, as JSON data and NumPy arrays.
 
     ``{"format": "minitorch-gpu-rng-state", "version": 1, "seed": int, "backends":
     {"cpu": {...}, "cuda:0": {...}}}``: one entry per backend made so far (see each
-    backend's ``get_rng_state`` for what its entry guarantees). Store it with a checkpoint
+    backend's ``get_rng_state`` for what its entry guarantees). The CPU's entry is plain
+    JSON; a GPU's holds its generator's bytes as a uint8 array (13 MB on an H100). Store
+    it in a checkpoint's metadata (``save_checkpoint`` writes each array as a .npy member)
     and hand it to ``set_rng_state`` when resuming.
 
     >>> state = get_rng_state(); a = mt.randn(3)

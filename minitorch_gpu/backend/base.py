@@ -151,7 +151,8 @@ class Backend:
         raise NotImplementedError
 
     def get_rng_state(self) -> dict:
-        """A snapshot of the random stream as plain JSON data (dicts, lists, ints, strs).
+        """A snapshot of the random stream as JSON data (dicts, lists, ints, strs), in
+        which a large binary state is a NumPy uint8 array (a GPU generator's bytes).
 
         ``set_rng_state`` of it, here or in another process, makes the draws that follow
         (randn, rand, randint, dropout) those that followed the snapshot. The dict's
