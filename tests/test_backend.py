@@ -464,3 +464,114 @@ def test_a_cupy_state_of_another_layout_is_refused(monkeypatch):
             backend.set_rng_state(state)
     assert same_state(backend.get_rng_state(), before)
 
+
+# --- moves between GPUs --------------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.skipif(mt.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_a_move_from_one_gpu_to_another_copies_the_data():
+    base = mt.arange(24, dtype="float32", device="cuda:0").reshape(2, 3, 4)
+    source = base.permute(2, 0, 1)  # neither C- nor F-contiguous, as a head view
+    moved = source.to("cuda:1")
+    assert moved.device == parse_device("cuda:1") and moved.data.device.id == 1
+    expected = np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(2, 0, 1)
+    assert moved.tolist() == expected.tolist()
+    base.data[...] = -1  # writing one leaves the other as it was, both ways
+    assert moved.tolist() == expected.tolist()
+    moved.data[...] = 7
+    assert (base.numpy() == -1).all() and (moved.numpy() == 7).all()
+    back = moved.to("cuda:0")
+    assert back.data.device.id == 0 and (back.numpy() == 7).all()
+    x = mt.randn(3, 4, device="cuda:0", requires_grad=True)
+    (x.to("cuda:1") * 2).sum().backward()  # the gradient moves back
+    assert x.grad.device == parse_device("cuda:0") and (x.grad.numpy() == 2).all()
+
+
+class _FakeGpu:
+    """Stands in for the CuPy calls CupyBackend.asarray makes, on several devices: each
+    array knows its device, and every call that queues work is logged with the device
+    current then, so the order of the copy's events can be checked without a GPU."""
+
+    def __init__(self) -> None:
+        self.current, self.log = 0, []
+        gpu = self
+
+        class Device:
+            def __init__(self, index: int) -> None:
+                self.id = index
+
+            def __enter__(self):
+                self.previous, gpu.current = gpu.current, self.id
+
+            def __exit__(self, *exc) -> None:
+                gpu.current = self.previous
+
+        class Stream:
+            def __init__(self, device: int) -> None:
+                self.device = device
+
+            def record(self) -> str:
+                assert gpu.current == self.device  # an event belongs to its stream's GPU
+                gpu.log.append(("record", self.device))
+                return f"event on {self.device}"
+
+            def wait_event(self, event: str) -> None:
+                gpu.log.append(("wait", self.device, event))
+
+        class Pointer:
+            def __init__(self, array) -> None:
+                self.array = array
+
+            def copy_from_device_async(self, source, nbytes: int, stream) -> None:
+                assert nbytes == source.array.host.nbytes == self.array.host.nbytes
+                gpu.log.append(("copy", stream.device, source.array.device.id,
+                                self.array.device.id))
+                self.array.host[...] = source.array.host
+
+        class ndarray:
+            def __init__(self, host: np.ndarray) -> None:
+                self.host, self.device, self.data = host, Device(gpu.current), Pointer(self)
+                self.shape, self.dtype, self.nbytes = host.shape, host.dtype, host.nbytes
+
+            def astype(self, dtype, copy=True):
+                return ndarray(self.host.astype(dtype))
+
+        def ascontiguousarray(array):
+            assert array.device.id == gpu.current  # made on the source's own GPU
+            gpu.log.append(("contiguous", gpu.current))
+            return ndarray(np.ascontiguousarray(array.host))
+
+        streams = {}
+        self.module = types.SimpleNamespace(
+            ndarray=ndarray, ascontiguousarray=ascontiguousarray,
+            empty=lambda shape, dtype: ndarray(np.empty(shape, dtype)),
+            asarray=lambda data, dtype=None: data if isinstance(data, ndarray) else
+            ndarray(np.array(data, dtype=dtype)),  # an array of its device as it is
+            random=types.SimpleNamespace(default_rng=lambda seed: None),
+            cuda=types.SimpleNamespace(
+                Device=Device,
+                get_current_stream=lambda: streams.setdefault(gpu.current,
+                                                              Stream(gpu.current))))
+
+    def array_on(self, device: int, host: np.ndarray):
+        previous, self.current = self.current, device
+        array = self.module.ndarray(host)
+        self.current = previous
+        return array
+
+
+def test_asarray_copies_another_gpus_array_in_stream_order_without_a_gpu(monkeypatch):
+    gpu = _FakeGpu()
+    monkeypatch.setattr(cupy_backend, "cupy", gpu.module)
+    host = np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(2, 0, 1)
+    source = gpu.array_on(0, host)
+    moved = CupyBackend(1, seed=0).asarray(source)
+    assert moved.device.id == 1 and moved.host is not source.host
+    np.testing.assert_array_equal(moved.host, host)
+    assert gpu.log == [("contiguous", 0), ("record", 0), ("wait", 1, "event on 0"),
+                       ("copy", 1, 0, 1), ("record", 1), ("wait", 0, "event on 1")]
+    assert gpu.current == 0  # the caller's device is as it was
+    widened = CupyBackend(1, seed=0).asarray(source, dtype=np.float64)
+    assert widened.device.id == 1 and widened.dtype == np.float64
+    gpu.log.clear()
+    here = gpu.array_on(1, host)  # already on cuda:1: no copy between devices
+    assert CupyBackend(1, seed=0).asarray(here) is here and gpu.log == []

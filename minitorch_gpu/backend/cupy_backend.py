@@ -135,14 +135,15 @@ class CupyBackend(Backend):
     def _copy_from_device(self, data: Any, dtype: Optional[np.dtype]) -> Any:
         """A copy on this GPU of ``data``, which lives on another one, ordered on both.
 
-        Not left to ``cupy.asarray``: what it does with another device's array has
-        changed across CuPy versions, and CuPy 14 refuses to copy a view that is neither
-        C- nor F-contiguous (a permuted (B, nh, T, hs) head view) between devices. Here the
-        source is made C-contiguous on its own GPU, then copied peer to peer
-        (``cudaMemcpyAsync``, which goes through the host where peer access is off) on
-        this GPU's current stream, after an event that waits for the work queued on the
-        source. The source's stream then waits for the copy, so a later write to the
-        source (or the reuse of its memory) can't race it."""
+        Not left to ``cupy.asarray``: CuPy 14 (``ndarray.copy`` across devices) refuses a
+        view that is neither C- nor F-contiguous (a permuted (B, nh, T, hs) head view),
+        and queues the copy on this GPU's stream alone, so it neither waits for the
+        kernels still writing the source nor holds back later writes to it. Here the
+        source is made C-contiguous on its own GPU, then copied (``cudaMemcpyAsync``
+        between the two GPUs' memory, peer to peer where the GPUs allow it) on this GPU's
+        current stream after an event that waits for the source's queued work; the
+        source's stream then waits for the copy, so a later write to the source, or the
+        reuse of its memory, can't race it. No host synchronisation."""
         source = data.device
         with source:
             contiguous = cupy.ascontiguousarray(data)

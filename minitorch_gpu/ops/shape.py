@@ -190,7 +190,9 @@ class Cast(Function):
 
 
 class ToDevice(Function):
-    """Move to another device; the gradient moves back. ``to_device`` rebinds the output."""
+    """Move to another device; the gradient moves back. ``to_device`` rebinds the output.
+    The target backend's ``asarray`` always copies: from the host, to it, and from another
+    GPU (``cuda:0`` to ``cuda:1``), so the two tensors never share memory."""
 
     @staticmethod
     def forward(ctx, a, target):
