@@ -9,6 +9,10 @@
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
 2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving), 141 the
 reader of stdout went away (``minitorch-gpu generate ... | head``), quietly.
+
+An expected failure (bad input, a full disk, a diverged run) is one line on stderr. Any
+other error (a bug, a CUDA or driver failure) is a one-line summary followed by its full
+traceback, and exit code 1: the one log a run leaves is enough to find where it failed.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import argparse
 import os
 import shlex
 import sys
+import traceback
 from typing import Any, List, Optional
 
 # 130 and 141 are what a shell reports for a process ended by SIGINT and SIGPIPE (128 + n)
@@ -143,6 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _error(command: str, message: str) -> int:
     print(f"minitorch-gpu {command}: error: {message}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+def _unexpected(command: str, exc: Exception) -> int:
+    """An error no check of the command expected: a one-line summary, then the whole
+    traceback (the summary alone would hide where a CUDA failure or a bug came from)."""
+    lines = str(exc).splitlines()
+    detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    print(f"minitorch-gpu {command}: unexpected error: {detail}", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    sys.stderr.flush()
+    return EXIT_FAILED
 
 
 def _load_config(args: argparse.Namespace):
@@ -282,6 +298,7 @@ def _profile(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .profiler import PLOT_HINT, profile_model
+    from .trainer import TrainingError
     try:
         cfg = _load_config(args)
         for option, value, least in (("--batch-size", args.batch_size, 1),
@@ -297,7 +314,7 @@ def _profile(args: argparse.Namespace) -> int:
             except ImportError:
                 raise ValueError(PLOT_HINT) from None
         model = _model_to_profile(cfg, args.checkpoint)
-    except (ConfigError, CheckpointError, ValueError, RuntimeError) as exc:
+    except (ConfigError, CheckpointError, ValueError, TrainingError) as exc:
         return _error("profile", str(exc).splitlines()[0])
     block = model.config.block_size
     B = args.batch_size or cfg.train.batch_size
@@ -322,12 +339,10 @@ def _profile(args: argparse.Namespace) -> int:
         prof = profile_model(model, idx, targets, warmup=args.warmup, iters=args.iters,
                              backward=args.backward, autocast="bf16" if mixed else None)
         table = prof.table(sort=args.sort, depth=args.depth)
-    except MemoryError:
+    except MemoryError:  # anything else here (a CUDA error, say) is unexpected: see main
         print(f"minitorch-gpu profile: out of memory at batch {B} x {T}; try a smaller "
               f"--batch-size or --seq-len", file=sys.stderr)
         return EXIT_FAILED
-    except (ValueError, RuntimeError) as exc:  # e.g. the device failed measuring its roofline
-        return _error("profile", str(exc).splitlines()[0])
     print(table)
     try:
         for path, export in ((args.trace, prof.export_chrome_trace),
@@ -349,7 +364,10 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
     from .nn import GPT
     from .trainer import gpt_config
     set_num_threads(cfg.system.threads)
-    device = str(get_backend(cfg.system.device).device)  # an unusable device: RuntimeError
+    try:
+        device = str(get_backend(cfg.system.device).device)
+    except RuntimeError as exc:  # no CuPy, no such GPU: the message names the fix
+        raise ValueError(f"system.device: {exc}") from None
     if checkpoint is not None:
         from .inference import load_for_inference
         model, _, _ = load_for_inference(checkpoint, device, keep_padding=True)
@@ -407,6 +425,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while loading or preparing (training saves first)
         print(f"minitorch-gpu {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # what the command's own handlers did not expect
+        return _unexpected(args.command, exc)
 
 
 def _discard_stdout() -> None:

@@ -401,6 +401,7 @@ def test_cli_depth_and_shapes(tmp_path, cache):
     (["--set", "model.vocab_size=null"], "--set model.vocab_size=N profiles without it"),
     (["--checkpoint", "missing.ckpt"], "missing.ckpt"),
     (["--sort", "flops", "--depth", "-1"], "--depth must be >= 0"),
+    (["--device", "cuda:7"], "system.device: device 'cuda:7' is not available"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, cache, args, message):
     (tmp_path / "tiny.yaml").write_text(CONFIG)

@@ -550,3 +550,47 @@ def test_a_resumed_run_uses_the_configs_optimizer_settings_not_the_checkpoints(w
     groups = trainer.optimizer.param_groups
     assert [g["weight_decay"] for g in groups] == [0.5, 0.0]  # decay on 2-D weights only
     assert all(g["betas"] == (0.9, 0.9) and g["eps"] == 1e-6 for g in groups)
+
+
+# a GPU that fails mid-run, as CuPy reports it: an exception class of its own (CuPy's
+# CUDARuntimeError is a RuntimeError) raised from deep inside the model
+FAILING_GPU = """\
+import sys
+from minitorch_gpu.nn import GPT
+
+
+class CUDARuntimeError(RuntimeError):
+    pass
+
+
+def forward_on_a_failing_gpu(self, idx, targets=None, **kwargs):
+    raise CUDARuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
+
+
+GPT.forward = forward_on_a_failing_gpu
+sys.argv = ["minitorch-gpu", *sys.argv[1:]]
+from minitorch_gpu.cli import entry_point
+entry_point()
+"""
+
+
+@pytest.mark.parametrize("command", ["train", "profile"])
+def test_an_unexpected_error_is_summed_up_then_shown_with_its_whole_traceback(workdir,
+                                                                             command):
+    """A CUDA failure used to be cut to one line (profile) or printed without a line that
+    said which command failed (train): one log must be enough to find where it came from."""
+    launcher = workdir / "failing_gpu.py"
+    launcher.write_text(FAILING_GPU)
+    env = {**os.environ, "MINITORCH_GPU_CACHE": str(workdir / "cache")}
+    run = subprocess.run([sys.executable, str(launcher), command, str(write_config(workdir))],
+                         cwd=workdir, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 1, run.stderr
+    error = "cudaErrorIllegalAddress: an illegal memory access was encountered"
+    summary = f"minitorch-gpu {command}: unexpected error: CUDARuntimeError: {error}"
+    assert summary in run.stderr.splitlines(), run.stderr
+    shown = run.stderr[run.stderr.index(summary) + len(summary):].strip().splitlines()
+    assert shown[0] == "Traceback (most recent call last):"
+    # every frame, from the command's handler in the CLI down to the one that raised
+    frames = "\n".join(shown)
+    assert f"in _{command}" in frames and "in forward_on_a_failing_gpu" in frames
+    assert shown[-1].endswith(f"CUDARuntimeError: {error}")
