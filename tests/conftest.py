@@ -1,4 +1,12 @@
-"""Shared test fixtures: the devices to run on (cuda is skipped cleanly without a GPU)."""
+"""Shared test fixtures: the devices to run on (cuda is skipped cleanly without a GPU),
+and a time limit per test when MINITORCH_GPU_TEST_TIMEOUT is set."""
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+import threading
+
 import pytest
 
 import minitorch_gpu as mt
@@ -27,3 +35,86 @@ def _fresh_seed_and_grad_mode():
     mt.manual_seed(0)
     yield
     mt.set_grad_enabled(True)
+
+
+# --- a time limit per test ---------------------------------------------------------------
+# MINITORCH_GPU_TEST_TIMEOUT=SECONDS fails a test whose setup, call or teardown runs longer,
+# with its traceback, and the run goes on: the GPU check (scripts/gpu_check.py) sets it so a
+# hung kernel cannot eat the time of every test after it. pytest-timeout does this too but
+# may be absent where the check runs. SIGALRM interrupts Python code; a main thread stuck
+# inside C (a kernel that never returns) does not see it, so faulthandler then prints every
+# thread's stack and ends the process a little later (under pytest-xdist only that worker,
+# which xdist reports and replaces).
+TEST_TIMEOUT_ENV = "MINITORCH_GPU_TEST_TIMEOUT"
+_stderr_copy = None  # faulthandler writes here: the real stderr, not a capture of it
+
+
+def _test_timeout_s() -> float:
+    raw = os.environ.get(TEST_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        raise pytest.UsageError(f"{TEST_TIMEOUT_ENV}: expected seconds (a number), got "
+                                f"{raw!r}") from None
+
+
+def pytest_configure(config):
+    global _stderr_copy
+    if _test_timeout_s():
+        try:
+            _stderr_copy = os.dup(sys.stderr.fileno())
+        except (AttributeError, ValueError, OSError):  # stderr is no file (xdist's worker)
+            _stderr_copy = os.dup(sys.__stderr__.fileno())
+
+
+def pytest_unconfigure(config):
+    global _stderr_copy
+    if _stderr_copy is not None:
+        os.close(_stderr_copy)
+        _stderr_copy = None
+
+
+@contextlib.contextmanager
+def _time_limit(item, phase: str):
+    seconds = _test_timeout_s()
+    if (not seconds or not hasattr(signal, "SIGALRM")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+
+    def on_timeout(signum, frame):
+        pytest.fail(f"{phase} of {item.nodeid} took longer than {seconds:g} s "
+                    f"({TEST_TIMEOUT_ENV})", pytrace=True)
+
+    previous = signal.signal(signal.SIGALRM, on_timeout)
+    hard_after = seconds + min(15.0, max(1.0, seconds))
+    faulthandler.dump_traceback_later(hard_after, exit=True,
+                                      file=_stderr_copy if _stderr_copy is not None
+                                      else sys.__stderr__)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    with _time_limit(item, "setup"):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _time_limit(item, "call"):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    with _time_limit(item, "teardown"):
+        yield

@@ -1,0 +1,165 @@
+"""The GPU check's plumbing (scripts/gpu_check.py), run as its dry run on the CPU, so the
+script that spends a GPU machine's few minutes cannot break unnoticed; and the per-test time
+limit of tests/conftest.py that the check relies on.
+
+Also the dry run's pytest stand-in: the one cuda-marked test here, skipped without a GPU.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import minitorch_gpu as mt
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "gpu_check.py"
+STEP_NAMES = ["env", "tests", "bench", "train", "profile", "memcheck", "rest", "racecheck"]
+ROW = re.compile(r"^(\w+)\s+(ok|TIMEOUT|skipped|FAILED rc -?\d+|not run)\s+([\d.]+)?\s+(\d+)",
+                 re.M)
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_check(tmp_path: Path, *args: str, inject: str = "", timeout: float = 120):
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "MINITORCH_GPU_CHECK_INJECT")}
+    if inject:
+        env["MINITORCH_GPU_CHECK_INJECT"] = inject
+    out = tmp_path / "out"
+    command = [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out),
+               "--work", str(tmp_path / "work"), *args]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    rows = {}
+    summary = out / "summary.txt"
+    if summary.exists():
+        rows = {m.group(1): (m.group(2), m.group(4)) for m in ROW.finditer(summary.read_text())}
+    return done, out, rows
+
+
+def test_dry_run_runs_every_step_and_keeps_within_the_limits(tmp_path: Path) -> None:
+    done, out, rows = run_check(tmp_path)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert {name: status for name, (status, _) in rows.items()} == \
+        {name: "ok" for name in STEP_NAMES}
+    limits = [int(limit) for _, limit in rows.values()]
+    assert sum(limits) <= 360
+    total = re.search(r"^total\s+[\d.]+\s+(\d+)", (out / "summary.txt").read_text(), re.M)
+    assert total and int(total.group(1)) == sum(limits)
+    files = list(out.iterdir())
+    assert 0 < len(files) <= 8
+    assert all(f.is_file() and f.stat().st_size <= 16 << 20 for f in files)
+    # the plan (each limit and the total) first, the summary table last
+    assert re.search(r"^total\s+\d+\s+\(at most 360 s", done.stdout, re.M)
+    assert done.stdout.rstrip().splitlines()[-1].startswith("total")
+    assert "train corpus: python_stdlib" in done.stdout
+    summary = (out / "summary.txt").read_text()
+    for figure in ("val loss", "ms/step", "forward", "ERROR SUMMARY", "skipped"):
+        assert figure in summary
+
+
+def test_a_failed_and_a_timed_out_step_are_recorded_and_the_next_still_runs(
+        tmp_path: Path) -> None:
+    start = time.monotonic()
+    done, out, rows = run_check(tmp_path, "--only", "env,tests,bench",
+                                inject="env=fail,tests=timeout")
+    assert done.returncode == 1
+    assert {name: status for name, (status, _) in rows.items()} == \
+        {"env": "FAILED rc 3", "tests": "TIMEOUT", "bench": "ok"}
+    assert rows["tests"][1] == "3"  # the injected hang's short limit
+    assert time.monotonic() - start < 60
+    assert "--only env,tests" in done.stdout  # how to rerun what failed
+    # --only: only the named steps ran, only their files were written
+    assert sorted(f.name for f in out.iterdir()) == \
+        ["bench.log", "env.txt", "summary.txt", "tests.log"]
+    # the whole process group is gone, the child that ignored SIGINT included
+    child = int(re.search(r"injected hang; child (\d+)", (out / "tests.log").read_text()).group(1))
+    for _ in range(50):
+        status = Path(f"/proc/{child}/status")
+        if not status.exists() or "zombie" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the hung step's child {child} outlived the step")
+
+
+def test_list_and_bad_arguments(tmp_path: Path) -> None:
+    listed = subprocess.run([sys.executable, str(SCRIPT), "--list"], cwd=REPO,
+                            capture_output=True, text=True, timeout=30)
+    assert listed.returncode == 0
+    limits = dict(re.findall(r"^(\w+)\s+(\d+)\s", listed.stdout, re.M))
+    assert list(limits)[:-1] == STEP_NAMES
+    assert int(limits["total"]) == sum(int(limits[n]) for n in STEP_NAMES) <= 360
+    for args, says in ((["--only", "bench,nosuch"], "no step nosuch"),
+                       (["--limit", "bench=x"], "expected STEP=SECONDS")):
+        bad = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO,
+                             capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 2 and says in bad.stderr
+
+
+def test_logs_are_cut_to_their_head_and_end() -> None:
+    check = load_script()
+    data = b"".join(b"line %d\n" % i for i in range(200_000))
+    cut = check.trim(data, cap=10_000, head=2_000)
+    assert len(cut) <= 10_000
+    assert cut.startswith(b"line 0\n") and cut.endswith(b"line 199999\n")
+    assert b"bytes cut" in cut
+    assert check.trim(b"short\n", cap=10_000, head=2_000) == b"short\n"
+
+
+def test_pytest_counts_are_read_whole_or_cut_short() -> None:
+    check = load_script()
+    final = "collected 5\n==== 3 passed, 1 failed, 1 skipped in 2.50s ====\n"
+    assert check.pytest_figure(final, None) == "3 passed, 1 failed, 1 skipped"
+    cut = ("[gw0] [ 10%] PASSED tests/a.py::x\n[gw1] [ 20%] FAILED tests/a.py::y\n"
+           "tests/b.py::z PASSED                                 [ 30%]\n")
+    assert check.pytest_figure(cut, None) == "so far: 2 passed, 1 failed"
+
+
+def write_timeout_tests(folder: Path) -> Path:
+    path = folder / "test_slow.py"
+    path.write_text(
+        "import signal, time\n"
+        "def test_quick(): pass\n"
+        "def test_sleeps(): time.sleep(30)\n"
+        "def test_after(): pass\n"
+        "def test_stuck():  # the alarm can no longer interrupt it: faulthandler ends it\n"
+        "    signal.signal(signal.SIGALRM, lambda *args: None)\n"
+        "    time.sleep(30)\n")
+    return path
+
+
+def test_conftest_fails_a_test_past_its_time_limit_and_goes_on(tmp_path: Path) -> None:
+    tests = write_timeout_tests(tmp_path)
+    env = dict(os.environ, MINITORCH_GPU_TEST_TIMEOUT="1",
+               PYTHONPATH=os.pathsep.join([str(REPO / "tests"), str(REPO)]))
+    base = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
+            "-p", "no:hypothesispytest", "-v",
+            "--tb=short", "-rf", "--rootdir", str(tmp_path), str(tests)]
+    runs = [subprocess.Popen(base + ["-k", k], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for k in ("not stuck", "stuck")]
+    (soft, soft_err), (hard, hard_err) = [run.communicate(timeout=60) for run in runs]
+    assert "1 failed, 2 passed" in soft, soft[-3000:] + soft_err[-2000:]
+    assert "call of test_slow.py::test_sleeps took longer than 1 s" in soft
+    assert runs[1].returncode != 0
+    assert "Timeout" in hard_err and "test_stuck" in hard_err, hard[-2000:] + hard_err[-2000:]
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not mt.cuda.is_available(),
+                    reason=f"no CUDA here: {mt.cuda.unavailable_reason()}")
+def test_gpu_is_usable() -> None:
+    """The dry run's pytest stand-in (skipped on the CPU); on a GPU, a sum on it."""
+    x = mt.ones((4, 5), device="cuda")
+    assert float(x.sum().item()) == 20.0
