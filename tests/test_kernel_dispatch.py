@@ -26,6 +26,7 @@ from minitorch_gpu.nn import GPT, GPTConfig
 from minitorch_gpu.optim import AdamW
 
 F32 = np.float32
+FLOATS = (mt.float16, mt.bfloat16, mt.float32, mt.float64)
 
 
 def _layer_norm_forward(x, weight, bias, eps, normalized_dims=1):
@@ -79,9 +80,22 @@ def _checked(name, fn):
     and bf16 included: the ops must widen before they call)."""
     def call(*arrays, **kwargs):
         for a in arrays:
-            if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            if isinstance(a, np.ndarray) and a.dtype in FLOATS:
                 assert a.dtype == F32, f"{name} got {a.dtype}: the op must pass float32"
         return fn(*arrays, **kwargs)
+    return call
+
+
+def _flash_checked(name, fn):
+    """The stand-in of a flash-attention launcher, which reads q, k, v (and do) as stored:
+    it takes what ``supports_flash_attention`` accepts (float32, bf16 or fp16 of one dtype,
+    any strides), do in q's dtype, and the forward's float32 o and lse."""
+    def call(q, k, v, *rest, **kwargs):
+        assert real.supports_flash_attention(q, k, v, None, 0.0), (name, q.dtype, q.shape)
+        if name == "flash_attention_backward":
+            o, do, lse = rest[:3]
+            assert o.dtype == lse.dtype == F32 and do.dtype == q.dtype, (o.dtype, do.dtype)
+        return fn(q, k, v, *rest, **kwargs)
     return call
 
 
@@ -104,22 +118,25 @@ STANDIN = SimpleNamespace(
                                                          (logits.shape[0],)),
                                          ignore_index, label_smoothing)),
     adamw_update=_checked("adamw_update", _adamw_update),
-    flash_attention_forward=_checked("flash_attention_forward",
-                                     reference.flash_attention_forward),
-    flash_attention_backward=_checked("flash_attention_backward",
-                                      reference.flash_attention_backward),
+    flash_attention_forward=_flash_checked("flash_attention_forward",
+                                           reference.flash_attention_forward),
+    flash_attention_backward=_flash_checked("flash_attention_backward",
+                                            reference.flash_attention_backward),
 )
 
 
 @pytest.fixture
 def standin(monkeypatch):
     """Make the CPU backend offer the stand-in kernels (as the CuPy backend offers its own);
-    returns a function that turns them off again, for the reference run."""
+    returns a function that turns them off again, for the reference run. Its ``seen`` maps
+    each stand-in called to the arguments of its last call."""
     calls = []
+    seen = {}
 
     def counting(name, fn):
         def call(*args, **kwargs):
             calls.append(name)
+            seen[name] = args
             return fn(*args, **kwargs)
         return call
 
@@ -132,6 +149,7 @@ def standin(monkeypatch):
     def switch(on: bool) -> list:
         state["on"] = on
         return calls
+    switch.seen = seen
     return switch
 
 
@@ -211,6 +229,49 @@ def test_attention_branch_on_gpt_head_views_and_non_causal(standin):
         # a gradient that is exactly 0 one way (a query that sees one key) is rounding
         # noise the other way: compare against the largest gradient
         np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-6 * np.abs(g_ref).max())
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_flash_branch_reads_gpt_heads_as_stored(standin, monkeypatch, precision):
+    """GPT's attention hands the flash kernels q, k, v as c_attn wrote them: in their dtype
+    (bf16 under autocast, not widened) and as strided views of the one (B, T, 3C)
+    projection (not copied); its backward gets the output gradient's head view as well."""
+    standin(True)
+    gpt_run(precision)
+    dtype = {"float32": mt.float32, "bf16": mt.bfloat16}[precision]
+    C = 32  # gpt_run's n_embd: 2 heads of 16
+    q, k, v = standin.seen["flash_attention_forward"][:3]
+    for x in (q, k, v):
+        assert x.dtype == dtype and x.shape == (2, 2, 37, 16)
+        assert x.strides[-2] == 3 * C * x.itemsize  # rows 3C apart: a head view of qkv
+    assert np.may_share_memory(q, k) and np.may_share_memory(q, v)  # of one buffer
+    q, k, v, o, do = standin.seen["flash_attention_backward"][:5]
+    assert q.dtype == do.dtype == dtype and q.strides[-2] == 3 * C * q.itemsize
+    assert do.strides[-2] == C * do.itemsize  # a head view of the (B, T, C) gradient
+    assert o.dtype == F32 and o.flags.c_contiguous  # the forward's float32 output
+
+
+def test_flash_branch_on_bf16_is_float32_attention_rounded_once(standin, monkeypatch):
+    """The kernels widen bf16 exactly as they load it and compute in float32: attention of
+    bf16 heads is, bit for bit, the float32 attention of the same values with its output
+    rounded to bf16 once (and its float32 gradients rounded once by the engine)."""
+    calls = standin(True)
+    mt.manual_seed(0)
+    values = mt.randn(2, 21, 3 * 48).to(mt.bfloat16).float().numpy()  # bf16's values
+    upstream = mt.randn(2, 21, 48).to(mt.bfloat16).float().numpy()
+
+    def run(dtype):
+        x = mt.tensor(values, dtype=dtype, requires_grad=True)
+        y = F.packed_causal_attention(x, 3)
+        y.backward(mt.tensor(upstream, dtype=dtype))
+        return y.detach(), x.grad
+
+    y16, g16 = run(mt.bfloat16)
+    y32, g32 = run(mt.float32)
+    assert calls.count("flash_attention_backward") == 2
+    assert y16.dtype == g16.dtype == mt.bfloat16
+    np.testing.assert_array_equal(y16.float().numpy(), y32.to(mt.bfloat16).float().numpy())
+    np.testing.assert_array_equal(g16.float().numpy(), g32.to(mt.bfloat16).float().numpy())
 
 
 def test_a_masked_attention_keeps_the_vectorised_path(standin):

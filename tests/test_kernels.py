@@ -5,12 +5,15 @@
    loader on kernel names and launch shapes.
 2. The NumPy twins of the tiled algorithms (``kernels/reference.py``: flash attention
    forward and backward, the fused softmax + cross-entropy) against the vectorised ops,
-   in float64 to 1e-10 and float32 to 1e-5. This runs anywhere and is what shows the
-   algorithm the .cu files implement is right.
+   in float64 to 1e-10 and float32 to 1e-5, and the strides through which the attention
+   kernels read q, k, v in place (bf16 too, widened exactly). This runs anywhere and is
+   what shows the algorithm the .cu files implement is right.
 3. On a GPU (marked ``cuda``, skipped elsewhere): each kernel, reached through the op
    that dispatches to it, against the NumPy ops on the CPU, forward and backward, on
    odd sizes (sequence lengths off the tile, vocabularies off the block, head dims 32,
-   64, 128 and odd ones), ignored targets, and AdamW against the NumPy update.
+   64, 128 and odd ones), ignored targets, and AdamW against the NumPy update; flash
+   attention also through its launchers on GPT's packed bf16/float32/fp16 heads (no
+   copies), on 8192 positions and on more (batch, head) problems than a grid's y holds.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from minitorch_gpu.backend import kernels
 from minitorch_gpu.backend.kernels import reference
 
 NVCC = shutil.which("nvcc")
+BF16 = mt.bfloat16
 ARCHS = ("80", "90")
 ATTENTION_HEAD_DIMS = (32, 64, 128, 17)  # 17: a head dim that is not a multiple of a warp
 
@@ -44,6 +48,10 @@ def compile_jobs() -> list:
     """(source, extra nvcc options) for every build the loader can ask for."""
     jobs = [(name, ()) for name in kernels.SOURCES if name != "attention.cu"]
     jobs += [("attention.cu", (f"-DHEAD_DIM={d}",)) for d in ATTENTION_HEAD_DIMS]
+    # the storage dtypes the attention kernels read: bf16 at every head dim, fp16 at one
+    jobs += [("attention.cu", (f"-DHEAD_DIM={d}", "-DINPUT_DTYPE=1"))
+             for d in ATTENTION_HEAD_DIMS]
+    jobs += [("attention.cu", ("-DHEAD_DIM=64", "-DINPUT_DTYPE=2"))]
     return jobs
 
 
@@ -82,12 +90,13 @@ def test_source_compiles_for_sm80_and_sm90(nvcc_results: dict, job: tuple) -> No
 def test_attention_source_refuses_a_missing_or_too_large_head_dim(tmp_path: Path) -> None:
     if NVCC is None:
         pytest.skip("nvcc is not on PATH")
-    for options in ((), ("-DHEAD_DIM=129",)):
+    for options, macro in (((), "HEAD_DIM"), (("-DHEAD_DIM=129",), "HEAD_DIM"),
+                           (("-DHEAD_DIM=64", "-DINPUT_DTYPE=3"), "INPUT_DTYPE")):
         result = subprocess.run(
             [NVCC, "-std=c++17", "--cubin", "-arch=sm_80", *options, "-o",
              str(tmp_path / "a.cubin"), str(kernels.SOURCE_DIR / "attention.cu")],
             capture_output=True, text=True, timeout=300)
-        assert result.returncode != 0 and "HEAD_DIM" in result.stderr, options
+        assert result.returncode != 0 and macro in result.stderr, options
 
 
 @pytest.mark.parametrize("name", kernels.SOURCES)
@@ -122,6 +131,13 @@ def test_loader_launch_shapes_match_the_sources() -> None:
     assert int(defined("attention.cu", "FWD_ROWS")) == kernels.ATTENTION_FORWARD_ROWS \
         == reference.FWD_ROWS
     assert defined("attention.cu", "BWD_ROWS") == "(HEAD_DIM > 64 ? 2 : 4)"
+    # INPUT_DTYPE's values: the C type each one reads, and the dtype the loader maps to it
+    storage = dict(re.findall(r"^#(?:el)?if INPUT_DTYPE == (\d)\ntypedef (\w+) input_t;",
+                              source("attention.cu"), re.MULTILINE))
+    assert storage == {"0": "float", "1": "bf16_bits", "2": "fp16_bits"}
+    assert kernels.ATTENTION_INPUT_DTYPES == {"float32": 0, "bfloat16": 1, "float16": 2}
+    for dtype, code in ((np.float32, 0), (BF16, 1), (np.float16, 2), (np.float64, None)):
+        assert kernels.attention_input_code(dtype) == code
     for head_dim in (1, 64, 65, 128):
         expected = 2 if head_dim > 64 else 4
         assert kernels.attention_backward_rows(head_dim) == reference.bwd_rows(head_dim) \
@@ -147,21 +163,49 @@ def c_parameters(filename: str, kernel: str) -> list:
     return [p.strip() for p in match.group(1).split(",")]
 
 
+def kernels_input_dtype(code: int) -> np.dtype:
+    """The dtype attention.cu's INPUT_DTYPE ``code`` reads."""
+    return np.dtype({0: np.float32, 1: BF16, 2: np.float16}[code])
+
+
+def assert_strides_read(array: np.ndarray, args: dict, name: str) -> None:
+    """The kernels read element (b, h, i, d) of input ``name`` at b * name_batch + h *
+    name_head + i * name_row + d (heads = args["heads"]): that must be array's element
+    (..., i, d) at flat batch index b * heads + h."""
+    n, E = array.shape[-2:]
+    heads = int(args["heads"])
+    strides = [int(args[f"{name}_{part}"]) for part in ("batch", "head", "row")]
+    problems = array.size // (n * E)
+    assert problems % heads == 0, (name, problems, heads)
+    read = np.lib.stride_tricks.as_strided(
+        array, (problems // heads, heads, n, E),
+        tuple(s * array.itemsize for s in (*strides, 1)), writeable=False)
+    np.testing.assert_array_equal(read.reshape(array.shape), array, err_msg=name)
+
+
 def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every launcher, with NumPy standing in for CuPy and a stub for each kernel that
     checks the launch against the kernel's C parameters: count, pointers as contiguous
-    arrays of the pointee's type, scalars as the NumPy type of the C type, a sane grid."""
-    launched = []
+    arrays of the pointee's type (attention's inputs as arrays whose last dim is contiguous,
+    which its x_batch, x_head and x_row strides read exactly), scalars as the NumPy type of
+    the C type, a sane grid."""
+    launched, launches = [], []
 
     def stub_kernel(like, filename, name, **defines):
         params = c_parameters(filename, name)
 
         def launch(grid, block, args):
             assert len(args) == len(params), f"{name}: {len(args)} args, {len(params)} params"
+            by_name = {param.rsplit(" ", 1)[1]: arg for param, arg in zip(params, args)}
             for param, arg in zip(params, args):
                 declared = param.rsplit(" ", 1)[0].replace("const", "").replace(
                     "__restrict__", "").strip()
-                if declared.endswith("*"):
+                if declared.endswith("*") and declared[:-1].strip() == "input_t":
+                    # attention.cu: float, bf16's or fp16's bits, read through strides
+                    assert isinstance(arg, np.ndarray), param
+                    assert arg.dtype == kernels_input_dtype(defines["INPUT_DTYPE"]), param
+                    assert_strides_read(arg, by_name, param.rsplit(" ", 1)[1])
+                elif declared.endswith("*"):
                     assert isinstance(arg, np.ndarray) and arg.flags.c_contiguous, param
                     assert arg.dtype == C_SCALARS[declared[:-1].strip()], (name, param)
                 else:
@@ -169,6 +213,7 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
             assert 1 <= len(grid) <= 2 and min(grid) >= 1 and grid[1:] <= (65535,), grid
             assert block[0] % 32 == 0, block
             launched.append(name)
+            launches.append((name, args))
         return launch
 
     monkeypatch.setattr(kernels, "_cupy", lambda: np)
@@ -194,6 +239,26 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
     assert o.shape == q.shape and lse.shape == (2, 3, 45)
     grads = kernels.flash_attention_backward(q, q, q, o, o, lse, True, 0.1)
     assert [g.shape for g in grads] == [q.shape] * 3
+    # GPT's heads in bf16, (B, nh, T, hs) views of (B, T, 3C): read in place, never copied
+    qkv = np.random.default_rng(1).standard_normal((2, 45, 3, 3, 16)).astype(BF16)
+    heads = [qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+    do = np.random.default_rng(2).standard_normal((2, 45, 3, 16)).astype(BF16)
+    do = do.transpose(0, 2, 1, 3)  # a head view of the (B, T, C) gradient
+
+    def no_copy(a):
+        assert a.flags.c_contiguous, f"copied an array of strides {a.strides}"
+        return a
+    monkeypatch.setattr(kernels, "_contiguous", no_copy)
+    for causal in (True, False):
+        del launches[:]
+        o, lse = kernels.flash_attention_forward(*heads, causal, 0.25)
+        assert o.dtype == lse.dtype == f32 and o.shape == (2, 3, 45, 16)
+        assert o.flags.c_contiguous
+        grads = kernels.flash_attention_backward(*heads, o, do, lse, causal, 0.25)
+        assert [(g.shape, g.dtype) for g in grads] == [((2, 3, 45, 16), f32)] * 3
+        for name, args in launches:
+            inputs = [a for a in args if isinstance(a, np.ndarray) and a.dtype == BF16]
+            assert inputs and all(any(a is b for b in (*heads, do)) for a in inputs), name
     kernel_names = re.findall(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\)\s+)?'
                               r"(\w+)\(", "".join(map(source, kernels.SOURCES)))
     assert sorted(set(launched)) == sorted(kernel_names)
@@ -226,14 +291,42 @@ def test_dispatch_rules() -> None:
     big = np.zeros((1, 7, 129), np.float32)
     assert not kernels.supports_flash_attention(big, big, big, None, 0.0)
     assert not kernels.supports_flash_attention(q.astype(np.float64), q, q, None, 0.0)
+    # read as stored: bf16 and fp16 of one dtype; strided heads (GPT's packed views) too
+    for narrow in (q.astype(BF16), q.astype(np.float16)):
+        assert kernels.supports_flash_attention(narrow, narrow, narrow, None, 0.0)
+    assert not kernels.supports_flash_attention(q.astype(BF16), q, q, None, 0.0)
+    qkv = np.zeros((2, 7, 3, 3, 64), BF16)  # (B, T, 3, nh, hs)
+    heads = [qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+    assert kernels.supports_flash_attention(*heads, None, 0.0)
+    # the grid is one flat row of up to 2^31 - 1 blocks: past 65535 problems is fine, and
+    # so is a long sequence; positions stop at MAX_SEQUENCE (zero-stride arrays: no memory)
+    many = np.broadcast_to(np.zeros(64, np.float32), (70000, 3, 64))
+    assert kernels.supports_flash_attention(many, many, many, None, 0.0)
+    long = np.broadcast_to(np.zeros(64, BF16), (1, 12, 2 ** 20, 64))
+    assert kernels.supports_flash_attention(long, long, long, None, 0.0)
+    too_long = np.broadcast_to(np.zeros(1, np.float32), (kernels.MAX_SEQUENCE + 1, 1))
+    assert not kernels.supports_flash_attention(too_long, too_long, too_long, None, 0.0)
+    too_many = np.broadcast_to(np.zeros(1, np.float32), (2 ** 27, 1024, 1))  # 2^33 blocks
+    assert not kernels.supports_flash_attention(too_many, too_many, too_many, None, 0.0)
 
 
 def test_launchers_name_bad_arguments() -> None:
     """The checks run before CuPy is touched, so they are testable here."""
     q = np.zeros((2, 7, 64), np.float32)
-    with pytest.raises(TypeError, match="flash_attention_forward: q must be float32, got "
-                                        "float64"):
+    with pytest.raises(TypeError, match="flash_attention_forward: q must be float32, "
+                                        "bfloat16 or float16, got float64"):
         kernels.flash_attention_forward(q.astype(np.float64), q, q, True, 0.1)
+    with pytest.raises(TypeError, match="flash_attention_forward: q, k, v must share one "
+                                        "dtype, got v bfloat16 with q float32"):
+        kernels.flash_attention_forward(q, q, q.astype(BF16), True, 0.1)
+    with pytest.raises(TypeError, match="flash_attention_backward: do must be float64, "
+                                        "float32, bfloat16 or float16, got int64"):
+        o, lse = np.zeros(q.shape, np.float32), np.zeros(q.shape[:-1], np.float32)
+        kernels.flash_attention_backward(q, q, q, o, o.astype(np.int64), lse, True, 0.1)
+    with pytest.raises(ValueError, match=r"needs 1 to 1073741824 queries and keys, got "
+                                         r"L=1073741825, S=1"):
+        long = np.broadcast_to(np.zeros(1, np.float32), (kernels.MAX_SEQUENCE + 1, 1))
+        kernels.flash_attention_forward(long, long[:1], long[:1], True, 0.1)
     with pytest.raises(ValueError, match=r"head_dim must be in \[1, 128\], got 200"):
         big = np.zeros((2, 7, 200), np.float32)
         kernels.flash_attention_forward(big, big, big, True, 0.1)
@@ -327,6 +420,104 @@ def test_flash_attention_twin_keys_no_query_sees_get_zero_gradients() -> None:
     o, lse = reference.flash_attention_forward(q, k, v, True, 0.5)
     _, dk, dv = reference.flash_attention_backward(q, k, v, o, do, lse, True, 0.5)
     assert not dk[:, 3:].any() and not dv[:, 3:].any() and dk[:, :3].any()
+
+
+def gpt_projection(B: int, T: int, nh: int, hs: int, dtype: type, seed: int = 0):
+    """A (B, T, 3C) projection as c_attn writes it, shaped (B, T, 3, nh, hs)."""
+    return np.random.default_rng(seed).standard_normal((B, T, 3, nh, hs)).astype(dtype)
+
+
+def heads_of(qkv) -> list:
+    """q, k, v as GPT reads them: (B, nh, T, hs) views of the projection (any array type)."""
+    return [qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+
+
+def gpt_heads(B: int, T: int, nh: int, hs: int, dtype: type, seed: int = 0) -> list:
+    return heads_of(gpt_projection(B, T, nh, hs, dtype, seed))
+
+
+def output_gradient(B: int, T: int, nh: int, hs: int, dtype: type, seed: int = 1):
+    """The gradient of attention's (B, T, C) output, shaped (B, T, nh, hs); GPT's backward
+    hands the kernels its (B, nh, T, hs) view, ``.transpose(0, 2, 1, 3)``."""
+    return np.random.default_rng(seed).standard_normal((B, T, nh, hs)).astype(dtype)
+
+
+def gradient_heads(B: int, T: int, nh: int, hs: int, dtype: type, seed: int = 1):
+    return output_gradient(B, T, nh, hs, dtype, seed).transpose(0, 2, 1, 3)
+
+
+def random(*shape: int) -> np.ndarray:
+    return np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+
+
+def _cache_heads() -> list:
+    """A generation step's layout: queries from the packed projection, keys and values the
+    first 6 positions of (B, nh, capacity, hs) KV-cache buffers."""
+    q = gpt_heads(2, 6, 3, 8, np.float32)[0]
+    cache = random(2, 2, 3, 10, 8)  # keys, values
+    return [q, cache[0, :, :, :6], cache[1, :, :, :6]]
+
+
+# name: (arrays, expected split, expected copies, expected (batch, head, row) strides)
+HEAD_LAYOUTS = {
+    "contiguous": (lambda: [random(2, 3, 7, 16)] * 3, 0, (False,) * 3, [(0, 112, 16)] * 3),
+    "no-batch-dims": (lambda: [random(7, 16)] * 3, 0, (False,) * 3, [(0, 0, 16)] * 3),
+    "gpt-packed": (lambda: gpt_heads(2, 5, 4, 8, np.float32),
+                   1, (False,) * 3, [(480, 8, 96)] * 3),
+    "gpt-packed-with-gradient": (lambda: gpt_heads(2, 5, 4, 8, BF16)
+                                 + [gradient_heads(2, 5, 4, 8, BF16)],
+                                 1, (False,) * 4, [(480, 8, 96)] * 3 + [(160, 8, 32)]),
+    "kv-cache": (_cache_heads, 1, (False,) * 3, [(432, 8, 72)] + [(240, 80, 8)] * 2),
+    "size-one-dims": (lambda: [a[:, None] for a in gpt_heads(2, 5, 4, 8, np.float32)],
+                      2, (False,) * 3, [(480, 8, 96)] * 3),
+    "keys-shared-by-heads": (lambda: [random(2, 3, 7, 16)]
+                             + [np.broadcast_to(random(2, 1, 9, 16), (2, 3, 9, 16))] * 2,
+                             1, (False,) * 3, [(336, 112, 16)] + [(144, 0, 16)] * 2),
+    "three-strides-copied": (lambda: [random(2, 3, 4, 7, 16).transpose(0, 2, 1, 3, 4)]
+                             + [random(2, 4, 3, 7, 16)] * 2,
+                             0, (True, False, False), [(0, 112, 16)] * 3),
+    "strided-last-dim-copied": (lambda: [random(2, 7, 32)[..., ::2]] + [random(2, 7, 16)] * 2,
+                                0, (True, False, False), [(0, 112, 16)] * 3),
+}
+
+
+@pytest.mark.parametrize("layout", HEAD_LAYOUTS)
+def test_attention_head_split_reads_strided_heads_in_place(layout: str) -> None:
+    """How the launcher hands q, k, v (and dO) to the kernels: batch dims flattened into a
+    (batch, head) pair with one stride each per array, copies only where no such pair
+    exists; every strided read lands on the array's own elements."""
+    make, split, copy, strides = HEAD_LAYOUTS[layout]
+    arrays = make()
+    assert kernels.attention_head_split(arrays) == (split, copy)
+    arrays = [np.ascontiguousarray(a) if c else a for a, c in zip(arrays, copy)]
+    assert [kernels.attention_strides(a, split) for a in arrays] == strides
+    heads = math.prod(arrays[0].shape[split:-2])
+    for a in arrays:
+        args = dict(zip(("heads", "x_batch", "x_head", "x_row"),
+                        (heads, *kernels.attention_strides(a, split))))
+        assert_strides_read(a, args, "x")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16],
+                         ids=["float32", "bf16", "fp16"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_flash_attention_twin_reads_stored_dtypes_and_strided_heads(dtype: type,
+                                                                    causal: bool) -> None:
+    """The twin reads what the kernels read: GPT's packed heads (and dO's head view) in
+    place, bf16/fp16 widened exactly to float32. Its results on them are, bit for bit, its
+    results on contiguous float32 copies of the same values."""
+    B, T, nh, hs = 2, 37, 3, 16
+    heads, do = gpt_heads(B, T, nh, hs, dtype), gradient_heads(B, T, nh, hs, dtype)
+    o, lse = reference.flash_attention_forward(*heads, causal, 0.25)
+    grads = reference.flash_attention_backward(*heads, o, do, lse, causal, 0.25)
+    wide = [np.ascontiguousarray(a, dtype=np.float32) for a in (*heads, do)]
+    ref_o, ref_lse = reference.flash_attention_forward(*wide[:3], causal, 0.25)
+    ref_grads = reference.flash_attention_backward(*wide[:3], ref_o, wide[3], ref_lse, causal,
+                                                   0.25)
+    for name, got, ref in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, *grads),
+                              (ref_o, ref_lse, *ref_grads)):
+        assert got.dtype == np.float32 and got.shape == ref.shape, name
+        np.testing.assert_array_equal(got, ref, err_msg=name)
 
 
 # (rows M, classes C, ignore_index, label_smoothing): C below, at, off and above the
@@ -547,8 +738,8 @@ def test_flash_attention_kernel(case: tuple) -> None:
 
 @needs_cuda
 def test_flash_attention_kernel_on_gpt_head_views() -> None:
-    """The GPT hands the op transposed views (B, nh, T, hs) of (B, T, nh, hs): the kernel
-    path copies them, and its lse matches the twin's."""
+    """The GPT hands the op transposed views (B, nh, T, hs) of (B, T, nh, hs): the kernels
+    read them in place, and their lse matches the twin's."""
     import cupy
     B, T, nh, hs = 2, 45, 3, 64
     rng = np.random.default_rng(5)
@@ -560,6 +751,128 @@ def test_flash_attention_kernel_on_gpt_head_views() -> None:
         *[a.transpose(0, 2, 1, 3).copy() for a in qkv], True, 0.125)
     assert_close(cupy.asnumpy(o), ref_o, 1e-5, "o")
     assert_close(cupy.asnumpy(lse), ref_lse, 1e-5, "lse")
+
+
+def refuse_copies(array):
+    """Stands in for the launcher's ``_contiguous``: passes contiguous arrays (o, lse) and
+    fails on any other, so a test proves the inputs were read in place."""
+    assert array.flags.c_contiguous, f"an input of strides {array.strides} was copied"
+    return array
+
+
+def dense_attention(q, k, v, do, causal: bool, scale: float, device: str = "cpu") -> list:
+    """o, lse, dq, dk, dv of softmax(q k^T scale [causal]) v by the textbook formulas, with
+    the whole (L, S) matrix, computed on ``device`` in the inputs' dtype and returned on the
+    host: the reference where the op on the CPU would be slow (a long sequence in float64),
+    itself checked against the op (test_dense_attention_reference_matches_the_op)."""
+    backend = mt.get_backend(device)
+    xp = backend.xp
+    q, k, v, do = (backend.asarray(a) for a in (q, k, v, do))
+    scores = (q @ xp.swapaxes(k, -1, -2)) * scale  # (..., L, S)
+    if causal:
+        scores = xp.where(xp.tril(xp.ones(scores.shape[-2:], bool)), scores, -xp.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    p = xp.exp(scores - top)
+    del scores
+    total = p.sum(axis=-1, keepdims=True)
+    lse = (top + xp.log(total))[..., 0]
+    p /= total
+    o = p @ v
+    dv = xp.swapaxes(p, -1, -2) @ do
+    ds = do @ xp.swapaxes(v, -1, -2)  # dP
+    ds -= (do * o).sum(axis=-1, keepdims=True)
+    ds *= p
+    ds *= scale
+    dq, dk = ds @ k, xp.swapaxes(ds, -1, -2) @ q
+    return [backend.to_numpy(a) for a in (o, lse, dq, dk, dv)]
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=case_id)
+def test_dense_attention_reference_matches_the_op(case: tuple) -> None:
+    batch, L, S, E, causal = case
+    q, k, v, do = attention_inputs(batch, L, S, E, np.float64)
+    o, lse, *grads = dense_attention(q, k, v, do, causal, 0.3)
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (o, *grads),
+                              op_attention(q, k, v, do, causal, 0.3)):
+        assert_close(got, ref, TWIN_RTOL[np.float64], name)
+    _, ref_lse = reference.flash_attention_forward(q, k, v, causal, 0.3)
+    assert_close(lse, ref_lse, TWIN_RTOL[np.float64], "lse")
+
+
+def flash_on_gpt_heads(B: int, T: int, nh: int, hs: int, causal: bool, dtype: type,
+                       reference_device: str = "cpu") -> None:
+    """The launchers on GPT's heads in ``dtype`` (views of (B, T, 3C), dO a view of
+    (B, T, C)), none of them copied, against float64 attention of the same values (bf16 and
+    fp16 widen exactly) on ``reference_device``: o, lse, dq, dk, dv, float32, to GPU_RTOL.
+    """
+    import cupy
+    qkv = gpt_projection(B, T, nh, hs, dtype, seed=8)
+    grad = output_gradient(B, T, nh, hs, dtype, seed=9)
+    gpu_qkv, gpu_grad = (mt.tensor(a, device="cuda").data for a in (qkv, grad))
+    assert gpu_qkv.dtype == gpu_grad.dtype == dtype
+    scale = 1.0 / math.sqrt(hs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "_contiguous", refuse_copies)
+        o, lse = kernels.flash_attention_forward(*heads_of(gpu_qkv), causal, scale)
+        grads = kernels.flash_attention_backward(*heads_of(gpu_qkv), o,
+                                                 gpu_grad.transpose(0, 2, 1, 3), lse, causal,
+                                                 scale)
+    wide = [np.ascontiguousarray(a).astype(np.float64)
+            for a in (*heads_of(qkv), grad.transpose(0, 2, 1, 3))]
+    expected = dense_attention(*wide, causal, scale, device=reference_device)
+    for name, got, ref in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, *grads), expected):
+        got = cupy.asnumpy(got)
+        assert got.dtype == np.float32 and got.flags.c_contiguous, name
+        assert_close(got.astype(np.float64), ref, GPU_RTOL, name)
+
+
+# (B, T, nh, hs, causal, dtype): GPT's packed heads; lengths off the 32-key tile and the
+# 16- or 8-row blocks, one position, head dims at, above and off a warp; fp16 once
+GPU_PACKED_CASES = [
+    (2, 77, 3, 64, True, "bf16"),
+    (2, 77, 3, 64, False, "bf16"),
+    (1, 45, 2, 128, True, "bf16"),
+    (3, 1, 2, 64, True, "bf16"),
+    (1, 37, 2, 17, False, "bf16"),
+    (2, 77, 3, 64, True, "float32"),
+    (1, 45, 2, 128, False, "float32"),
+    (1, 50, 2, 64, True, "fp16"),
+]
+STORED = {"float32": np.float32, "bf16": BF16, "fp16": np.float16}
+
+
+@pytest.mark.parametrize("case", GPU_PACKED_CASES,
+                         ids=lambda c: f"B{c[0]}-T{c[1]}-nh{c[2]}-hs{c[3]}-"
+                                       f"{'causal' if c[4] else 'full'}-{c[5]}")
+@needs_cuda
+def test_flash_attention_kernel_reads_gpt_heads_as_stored(case: tuple) -> None:
+    """bf16 (and float32, fp16) q, k, v read in place from the (B, T, 3C) projection and dO
+    from the (B, T, C) gradient, no widened or contiguous copies, match float64."""
+    B, T, nh, hs, causal, dtype = case
+    flash_on_gpt_heads(B, T, nh, hs, causal, STORED[dtype])
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@needs_cuda
+def test_flash_attention_kernel_on_a_long_sequence(causal: bool) -> None:
+    """8192 positions of bf16 GPT heads (one head's float32 scores alone would be 256 MiB):
+    against float64 attention computed on the GPU (2 GiB of (L, S) matrices there)."""
+    flash_on_gpt_heads(1, 8192, 2, 64, causal, BF16, reference_device="cuda")
+
+
+@needs_cuda
+def test_flash_attention_kernel_past_65535_problems() -> None:
+    """70,000 (batch, head) problems: more than a grid's y dim holds (65,535), where the
+    kernels once put them; their blocks are one flat row now."""
+    import cupy
+    q, k, v, do = attention_inputs((2, 35000), 3, 5, 32, np.float32, seed=10)
+    scale = 1.0 / math.sqrt(32)
+    o, lse = kernels.flash_attention_forward(*map(cupy.asarray, (q, k, v)), True, scale)
+    grads = kernels.flash_attention_backward(*map(cupy.asarray, (q, k, v)), o,
+                                             cupy.asarray(do), lse, True, scale)
+    expected = op_attention(*as_float64(q, k, v, do), True, scale)
+    for name, got, ref in zip(("o", "dq", "dk", "dv"), (o, *grads), expected):
+        assert_close(cupy.asnumpy(got).astype(np.float64), ref, GPU_RTOL, name)
 
 
 @needs_cuda

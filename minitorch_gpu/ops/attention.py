@@ -5,9 +5,10 @@ soft-maxed and (in training) dropped out in place. Backward uses the saved proba
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),  dQ = dS K s,  dK = dS^T Q s.
 The (L, S) probability matrix is kept per head. Three other paths keep only each query's
 log-sum-exp instead and recompute the probabilities in backward, never holding (L, S):
-on a CUDA backend, float32 attention without a mask or dropout goes to the flash-attention
-kernels (backend/kernels/attention.cu); elsewhere, the same attention with at least
-``TILED_FROM`` keys goes to the tiled, online-softmax loop of ``attention_tiled.py``.
+on a CUDA backend, float32 or bf16 attention without a mask or dropout can go to the
+flash-attention kernels (backend/kernels/attention.cu, which read q, k, v in place);
+elsewhere, the same attention with at least ``TILED_FROM`` keys goes to the tiled,
+online-softmax loop of ``attention_tiled.py``.
 
 ``PackedCausalAttention`` is GPT's form of it: causal self-attention that reads q, k and
 v as strided views of the (B, T, 3C) projection and writes the heads side by side into
@@ -39,12 +40,12 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
     kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/attention.cu
     ctx.scale, ctx.causal, ctx.dropout_p = scale, causal, dropout_p
     if kernels is not None and kernels.supports_flash_attention(q, k, v, mask, dropout_p):
-        # tiled, online softmax in float32 (bf16 inputs widened, the output rounded back);
-        # q, k, v are saved as given, bf16 under autocast, and the float32 output for
-        # backward's rowsum
+        # tiled, online softmax in float32; the kernels read q, k, v as stored (bf16 under
+        # autocast) and where they are (GPT's strided head views): no widened or
+        # contiguous copies. q, k, v are saved as given, and the float32 output (rounded to
+        # q's dtype for the caller) for backward's rowsum
         ctx.path, ctx.kernels = "kernel", kernels
-        result, lse = kernels.flash_attention_forward(widened(q), widened(k), widened(v),
-                                                      causal, scale)
+        result, lse = kernels.flash_attention_forward(q, k, v, causal, scale)
         return _into(out, result.astype(q.dtype, copy=False)), (result, lse)
     if mask is None and dropout_p == 0.0 and k.shape[-2] >= TILED_FROM and \
             q.dtype == k.dtype == v.dtype and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
@@ -96,9 +97,10 @@ def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v
     out_q, out_k, out_v = outs
     if ctx.path == "kernel":
         result, lse = saved
-        grads = ctx.kernels.flash_attention_backward(
-            widened(q), widened(k), widened(v), result, widened(grad), lse, ctx.causal,
-            ctx.scale)  # float32 gradients: the engine rounds them to q, k, v's dtype
+        # q, k, v and grad as they are (bf16, strided views); float32 gradients, which the
+        # engine rounds to q, k, v's dtype
+        grads = ctx.kernels.flash_attention_backward(q, k, v, result, grad, lse, ctx.causal,
+                                                     ctx.scale)
         return tuple(_into(o, g) for o, g in zip(outs, grads))
     if ctx.path == "tiled":
         result, lse = saved

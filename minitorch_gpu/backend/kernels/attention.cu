@@ -1,7 +1,19 @@
-// Scaled dot-product attention in the flash-attention style, forward and backward, for
-// float32 q (BH, L, HEAD_DIM), k and v (BH, S, HEAD_DIM) (BH = batch * heads), with an
-// optional causal mask (query i sees keys j <= i, top-left aligned as PyTorch's
-// is_causal). No (L, S) score matrix is ever stored in global memory.
+// Scaled dot-product attention in the flash-attention style, forward and backward, with an
+// optional causal mask (query i sees keys j <= i, top-left aligned as PyTorch's is_causal).
+// No (L, S) score matrix is ever stored in global memory.
+//
+// Inputs, read where they are and as they are stored. q (B, H, L, HEAD_DIM), k and v
+// (B, H, S, HEAD_DIM) and, in backward, dO like q are each given as a pointer and three
+// strides in elements, its batch, head and row strides (x_batch, x_head, x_row); the last
+// dim is contiguous. GPT's heads, (B, nh, T, hs) views of the (B, T, 3C) projection with
+// batch stride 3TC, head stride hs and row stride 3C, are read where c_attn wrote them. The
+// launcher flattens any leading dims into these two (B, H) when their strides allow, and
+// copies an input only when they do not. Inputs are stored as INPUT_DTYPE (float32,
+// bfloat16 or float16; one module per dtype) and widened to float32 as they are loaded into
+// shared memory, so all arithmetic is float32 whatever the storage. The outputs are
+// contiguous float32: o (B, H, L, HEAD_DIM) and lse (B, H, L) in the forward; D (B, H, L),
+// dq, dk and dv (the shapes of q, k, v) in the backward, which reads o as the forward wrote
+// it. The op rounds o and the gradients to the inputs' dtype.
 //
 // Forward (online softmax). For each query row, walk the keys tile by tile keeping
 //   m   the running max of the scores s_j = scale * q . k_j seen so far,
@@ -20,16 +32,62 @@
 // Each gradient is summed by the one block that owns its rows, so there are no atomics
 // and the result is deterministic; the price is computing P twice (once per kernel).
 //
-// HEAD_DIM is a compile-time constant (-DHEAD_DIM=64): the loader builds one module per
-// head size. The loops over a warp's rows and a lane's dims are unrolled, so the
-// accumulators (acc[r][t]) stay in registers rather than local memory. Tiles live in
-// static shared memory, under 48 KiB for HEAD_DIM <= 128.
-// Compiled by NVRTC (cupy.RawModule) at run time: device code only, no includes.
+// Grid. The tiled kernels number their blocks in one flat row, blockIdx.x = bh * tiles +
+// tile, where bh = b * H + h is the (batch, head) problem and tile the block's place among
+// the problem's row tiles. gridDim.x takes 2^31 - 1 blocks where y and z stop at 65535, so
+// neither the number of problems nor the length is held to 65535 tiles by the grid. A
+// problem's blocks are neighbours and share its K/V tiles in L2. Causal: the forward and dq
+// kernels take their problem's tiles last first, so that the query tiles that see the most
+// keys start first and the lightest fill the last wave (dkdv's heaviest key tiles are its
+// first ones already).
+//
+// Length. Nothing in shared memory or registers grows with L or S: a block holds its own
+// rows and one tile of the other side and walks the rest. Offsets into the inputs and
+// outputs are 64-bit (row * 3C passes 2^31 elements long before a position does);
+// positions are int, so the launcher keeps L, S <= 2^30. What is left of length is time:
+// O(L S HEAD_DIM) multiply-adds per problem, on CUDA cores, and twice that in backward.
+//
+// HEAD_DIM and INPUT_DTYPE are compile-time constants (-DHEAD_DIM=64 -DINPUT_DTYPE=1): the
+// loader builds one module per (head size, dtype). The loops over a warp's rows and a
+// lane's dims are unrolled, so the accumulators (acc[r][t]) stay in registers rather than
+// local memory. Tiles live in static shared memory, under 48 KiB for HEAD_DIM <= 128.
+// Compiled by NVRTC (cupy.RawModule) at run time: device code only, no includes. So bf16
+// and fp16 are read as their 16 bits (bf16_bits, fp16_bits below), not as cuda_bf16.h's
+// types, whose header NVRTC finds only beside a full toolkit: bf16 -> float32 is those bits
+// shifted to the top half of a float, fp16 -> float32 one PTX cvt, both exact.
 
 #ifndef HEAD_DIM
 #error "attention.cu: compile with -DHEAD_DIM=<head size>, 1 <= HEAD_DIM <= 128"
 #endif
 static_assert(HEAD_DIM >= 1 && HEAD_DIM <= 128, "attention.cu: HEAD_DIM must be in [1, 128]");
+
+#ifndef INPUT_DTYPE
+#define INPUT_DTYPE 0
+#endif
+
+struct bf16_bits { unsigned short bits; };  // bfloat16: the top 16 bits of a float32
+struct fp16_bits { unsigned short bits; };  // IEEE binary16
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16_bits x) {
+    return __uint_as_float((unsigned int)x.bits << 16);
+}
+__device__ __forceinline__ float to_float(fp16_bits x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+
+// the storage type of q, k, v and dO
+#if INPUT_DTYPE == 0
+typedef float input_t;
+#elif INPUT_DTYPE == 1
+typedef bf16_bits input_t;
+#elif INPUT_DTYPE == 2
+typedef fp16_bits input_t;
+#else
+#error "attention.cu: INPUT_DTYPE must be 0 (float32), 1 (bfloat16) or 2 (float16)"
+#endif
 
 #define WARP 32
 #define WARPS 4                             // warps per block: 128 threads
@@ -65,31 +123,62 @@ __device__ __forceinline__ bool visible(int query, int key, int S, int causal) {
     return key < S && !(causal && key > query);
 }
 
-// Copy `rows` rows of HEAD_DIM floats starting at row `first` of a (count, HEAD_DIM)
-// array into a shared tile with row stride `stride`; rows past `count` become zeros.
+// The problem and row tile a block owns (see Grid above).
+struct Place {
+    long long bh;    // b * heads + h: the problem's index in the contiguous outputs
+    long long b, h;  // its batch and head: the inputs' strides apply to these
+    int tile;        // which tile of the problem's rows
+};
+
+__device__ __forceinline__ Place place(int tiles, int heads, bool last_first) {
+    const long long block = blockIdx.x;
+    const int tile = (int)(block % tiles);
+    Place at;
+    at.bh = block / tiles;
+    at.b = at.bh / heads;
+    at.h = at.bh % heads;
+    at.tile = last_first ? tiles - 1 - tile : tile;
+    return at;
+}
+
+// Row 0 of problem (b, h) of an input with batch stride `batch` and head stride `head`.
+__device__ __forceinline__ const input_t* rows_of(const input_t* x, const Place& at,
+                                                  long long batch, long long head) {
+    return x + at.b * batch + at.h * head;
+}
+
+// Copy `rows` rows of HEAD_DIM values starting at row `first` of one problem's `count` rows
+// (`row_stride` elements apart, contiguous within) into a float32 shared tile with row
+// stride `stride`, widening them from their storage type; rows past `count` become zeros.
 // All threads of the block take part (coalesced: consecutive threads, consecutive dims).
-__device__ __forceinline__ void load_tile(float* tile, int stride, const float* src,
-                                          int first, int rows, int count) {
+template <typename T>
+__device__ __forceinline__ void load_tile(float* tile, int stride, const T* src,
+                                          long long row_stride, int first, int rows,
+                                          int count) {
     for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += blockDim.x) {
         const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
         tile[r * stride + d] =
-            first + r < count ? src[(long long)(first + r) * HEAD_DIM + d] : 0.0f;
+            first + r < count ? to_float(src[(long long)(first + r) * row_stride + d]) : 0.0f;
     }
 }
 
 // ---- forward --------------------------------------------------------------------------
-// Parallel decomposition: block (x, bh) owns the BR = WARPS * FWD_ROWS query rows
-// x * BR ... of head bh; warp w owns FWD_ROWS of them, handled one after another. For each
-// K/V tile (TILE keys, loaded by the whole block into shared memory) lane j computes the
-// score of key j; warp_max / warp_sum reduce over the tile's keys; then lane j
+// Parallel decomposition: block (bh, tile) owns the BR = WARPS * FWD_ROWS query rows
+// tile * BR ... of problem bh; warp w owns FWD_ROWS of them, handled one after another. For
+// each K/V tile (TILE keys, loaded by the whole block into shared memory) lane j computes
+// the score of key j; warp_max / warp_sum reduce over the tile's keys; then lane j
 // accumulates output dims j, j + 32, ... (acc in registers), reading each key's p_j from
 // its lane with a shuffle. Causal: the block stops at the tile holding its last row's key.
-// grid: (ceil(L / BR), BH) blocks of WARPS * 32 threads.
-// q, o: (BH, L, HEAD_DIM); k, v: (BH, S, HEAD_DIM); lse: (BH, L) output.
+// grid: ceil(L / BR) * B * H blocks of WARPS * 32 threads.
+// q: (B, H, L, HEAD_DIM), k, v: (B, H, S, HEAD_DIM), strided; o: (B, H, L, HEAD_DIM) and
+// lse: (B, H, L) outputs, contiguous float32.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
-flash_attention_forward(const float* __restrict__ q, const float* __restrict__ k,
-                        const float* __restrict__ v, float* __restrict__ o,
-                        float* __restrict__ lse, int L, int S, float scale, int causal)
+flash_attention_forward(const input_t* __restrict__ q, const input_t* __restrict__ k,
+                        const input_t* __restrict__ v, float* __restrict__ o,
+                        float* __restrict__ lse, int L, int S, int heads, float scale,
+                        int causal, long long q_batch, long long q_head, long long q_row,
+                        long long k_batch, long long k_head, long long k_row,
+                        long long v_batch, long long v_head, long long v_row)
 {
     constexpr int BR = WARPS * FWD_ROWS;
     __shared__ float q_s[BR][HEAD_DIM];     // this block's query rows
@@ -97,12 +186,11 @@ flash_attention_forward(const float* __restrict__ q, const float* __restrict__ k
     __shared__ float v_s[TILE][HEAD_DIM];   // lane d reads column d: no padding needed
 
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const long long bh = blockIdx.y;
-    const int q0 = blockIdx.x * BR;
-    const float* q_h = q + bh * L * HEAD_DIM;
-    const float* k_h = k + bh * S * HEAD_DIM;
-    const float* v_h = v + bh * S * HEAD_DIM;
-    load_tile(&q_s[0][0], HEAD_DIM, q_h, q0, BR, L);
+    const Place at = place((L + BR - 1) / BR, heads, causal);
+    const int q0 = at.tile * BR;
+    const input_t* k_h = rows_of(k, at, k_batch, k_head);
+    const input_t* v_h = rows_of(v, at, v_batch, v_head);
+    load_tile(&q_s[0][0], HEAD_DIM, rows_of(q, at, q_batch, q_head), q_row, q0, BR, L);
 
     float acc[FWD_ROWS][DIMS_PER_LANE];
     float m[FWD_ROWS], l[FWD_ROWS];
@@ -117,8 +205,8 @@ flash_attention_forward(const float* __restrict__ q, const float* __restrict__ k
     const int kv_end = causal ? min(S, q0 + BR) : S;  // keys after the last row: all masked
     for (int kv0 = 0; kv0 < kv_end; kv0 += TILE) {
         __syncthreads();  // the previous tile is no longer read (and q_s is written)
-        load_tile(&k_s[0][0], PADDED, k_h, kv0, TILE, S);
-        load_tile(&v_s[0][0], HEAD_DIM, v_h, kv0, TILE, S);
+        load_tile(&k_s[0][0], PADDED, k_h, k_row, kv0, TILE, S);
+        load_tile(&v_s[0][0], HEAD_DIM, v_h, v_row, kv0, TILE, S);
         __syncthreads();
         #pragma unroll
         for (int r = 0; r < FWD_ROWS; ++r) {
@@ -154,46 +242,59 @@ flash_attention_forward(const float* __restrict__ q, const float* __restrict__ k
     for (int r = 0; r < FWD_ROWS; ++r) {
         const int row = q0 + warp * FWD_ROWS + r;
         if (row >= L) break;
-        float* o_row = o + (bh * L + row) * HEAD_DIM;
+        float* o_row = o + (at.bh * L + row) * HEAD_DIM;
         #pragma unroll
         for (int t = 0; t < DIMS_PER_LANE; ++t) {
             const int d = lane + WARP * t;
             if (d < HEAD_DIM) o_row[d] = acc[r][t] / l[r];
         }
-        if (lane == 0) lse[bh * L + row] = m[r] + logf(l[r]);
+        if (lane == 0) lse[at.bh * L + row] = m[r] + logf(l[r]);
     }
 }
 
 // ---- backward, step 1: D = rowsum(dO * O) ---------------------------------------------
-// Parallel decomposition: one warp per row (of all BH * L rows), lanes strided over dims.
-// grid: ceil(rows / WARPS) blocks of WARPS * 32 threads.
-// o, dout: (rows, HEAD_DIM); delta: (rows,) output.
+// Parallel decomposition: one warp per row (of all B * H * L rows), lanes strided over
+// dims; a grid-stride loop over the rows, so the grid is capped by the caller, not by them.
+// grid: min(ceil(rows / WARPS), a cap) blocks of WARPS * 32 threads.
+// o: (B, H, L, HEAD_DIM), contiguous float32; dout: (B, H, L, HEAD_DIM), strided;
+// delta: (B, H, L) output.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
 flash_attention_backward_preprocess(const float* __restrict__ o,
-                                    const float* __restrict__ dout,
-                                    float* __restrict__ delta, long long rows)
+                                    const input_t* __restrict__ dout,
+                                    float* __restrict__ delta, long long rows, int L,
+                                    int heads, long long dout_batch, long long dout_head,
+                                    long long dout_row)
 {
-    const long long row = (long long)blockIdx.x * WARPS + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
-    if (row >= rows) return;
-    float sum = 0.0f;
-    for (int d = lane; d < HEAD_DIM; d += WARP)
-        sum += o[row * HEAD_DIM + d] * dout[row * HEAD_DIM + d];
-    sum = warp_sum(sum);
-    if (lane == 0) delta[row] = sum;
+    for (long long row = (long long)blockIdx.x * WARPS + threadIdx.x / WARP; row < rows;
+         row += (long long)gridDim.x * WARPS) {  // the same for every lane of a warp
+        const long long bh = row / L;
+        const input_t* do_row = dout + (bh / heads) * dout_batch + (bh % heads) * dout_head
+                                + (row % L) * dout_row;
+        float sum = 0.0f;
+        for (int d = lane; d < HEAD_DIM; d += WARP)
+            sum += o[row * HEAD_DIM + d] * to_float(do_row[d]);
+        sum = warp_sum(sum);
+        if (lane == 0) delta[row] = sum;
+    }
 }
 
 // ---- backward, step 2: dQ ---------------------------------------------------------------
-// Parallel decomposition: as the forward. Block (x, bh) owns BR = WARPS * BWD_ROWS query
+// Parallel decomposition: as the forward. Block (bh, tile) owns BR = WARPS * BWD_ROWS query
 // rows, warp w owns BWD_ROWS of them; for each K/V tile lane j recomputes P_ij and dS_ij
 // for key j, then lane d accumulates dQ_i[d] += dS_ij k_j[d] over the tile's keys.
-// grid: (ceil(L / BR), BH) blocks of WARPS * 32 threads.
-// q, dout, dq: (BH, L, HEAD_DIM); k, v: (BH, S, HEAD_DIM); lse, delta: (BH, L).
+// grid: ceil(L / BR) * B * H blocks of WARPS * 32 threads.
+// q, dout: (B, H, L, HEAD_DIM), k, v: (B, H, S, HEAD_DIM), strided; lse, delta: (B, H, L);
+// dq: (B, H, L, HEAD_DIM) output, contiguous float32.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
-flash_attention_backward_dq(const float* __restrict__ q, const float* __restrict__ k,
-                            const float* __restrict__ v, const float* __restrict__ dout,
+flash_attention_backward_dq(const input_t* __restrict__ q, const input_t* __restrict__ k,
+                            const input_t* __restrict__ v, const input_t* __restrict__ dout,
                             const float* __restrict__ lse, const float* __restrict__ delta,
-                            float* __restrict__ dq, int L, int S, float scale, int causal)
+                            float* __restrict__ dq, int L, int S, int heads, float scale,
+                            int causal, long long q_batch, long long q_head, long long q_row,
+                            long long k_batch, long long k_head, long long k_row,
+                            long long v_batch, long long v_head, long long v_row,
+                            long long dout_batch, long long dout_head, long long dout_row)
 {
     constexpr int BR = WARPS * BWD_ROWS;
     __shared__ float q_s[BR][HEAD_DIM];
@@ -202,20 +303,21 @@ flash_attention_backward_dq(const float* __restrict__ q, const float* __restrict
     __shared__ float v_s[TILE][PADDED];
 
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const long long bh = blockIdx.y;
-    const int q0 = blockIdx.x * BR;
-    const float* k_h = k + bh * S * HEAD_DIM;
-    const float* v_h = v + bh * S * HEAD_DIM;
-    load_tile(&q_s[0][0], HEAD_DIM, q + bh * L * HEAD_DIM, q0, BR, L);
-    load_tile(&do_s[0][0], HEAD_DIM, dout + bh * L * HEAD_DIM, q0, BR, L);
+    const Place at = place((L + BR - 1) / BR, heads, causal);
+    const int q0 = at.tile * BR;
+    const input_t* k_h = rows_of(k, at, k_batch, k_head);
+    const input_t* v_h = rows_of(v, at, v_batch, v_head);
+    load_tile(&q_s[0][0], HEAD_DIM, rows_of(q, at, q_batch, q_head), q_row, q0, BR, L);
+    load_tile(&do_s[0][0], HEAD_DIM, rows_of(dout, at, dout_batch, dout_head), dout_row, q0,
+              BR, L);
 
     float acc[BWD_ROWS][DIMS_PER_LANE];
     float row_lse[BWD_ROWS], row_delta[BWD_ROWS];
     #pragma unroll
     for (int r = 0; r < BWD_ROWS; ++r) {
         const int row = q0 + warp * BWD_ROWS + r;
-        row_lse[r] = row < L ? lse[bh * L + row] : 0.0f;
-        row_delta[r] = row < L ? delta[bh * L + row] : 0.0f;
+        row_lse[r] = row < L ? lse[at.bh * L + row] : 0.0f;
+        row_delta[r] = row < L ? delta[at.bh * L + row] : 0.0f;
         #pragma unroll
         for (int t = 0; t < DIMS_PER_LANE; ++t) acc[r][t] = 0.0f;
     }
@@ -223,8 +325,8 @@ flash_attention_backward_dq(const float* __restrict__ q, const float* __restrict
     const int kv_end = causal ? min(S, q0 + BR) : S;
     for (int kv0 = 0; kv0 < kv_end; kv0 += TILE) {
         __syncthreads();
-        load_tile(&k_s[0][0], PADDED, k_h, kv0, TILE, S);
-        load_tile(&v_s[0][0], PADDED, v_h, kv0, TILE, S);
+        load_tile(&k_s[0][0], PADDED, k_h, k_row, kv0, TILE, S);
+        load_tile(&v_s[0][0], PADDED, v_h, v_row, kv0, TILE, S);
         __syncthreads();
         #pragma unroll
         for (int r = 0; r < BWD_ROWS; ++r) {
@@ -257,7 +359,7 @@ flash_attention_backward_dq(const float* __restrict__ q, const float* __restrict
     for (int r = 0; r < BWD_ROWS; ++r) {
         const int row = q0 + warp * BWD_ROWS + r;
         if (row >= L) break;
-        float* dq_row = dq + (bh * L + row) * HEAD_DIM;
+        float* dq_row = dq + (at.bh * L + row) * HEAD_DIM;
         #pragma unroll
         for (int t = 0; t < DIMS_PER_LANE; ++t) {
             const int d = lane + WARP * t;
@@ -267,19 +369,24 @@ flash_attention_backward_dq(const float* __restrict__ q, const float* __restrict
 }
 
 // ---- backward, step 3: dK and dV --------------------------------------------------------
-// Parallel decomposition: the transpose of dq's. Block (x, bh) owns BK = WARPS * BWD_ROWS
-// keys, warp w owns BWD_ROWS of them (k and v rows in shared memory, dK and dV
+// Parallel decomposition: the transpose of dq's. Block (bh, tile) owns BK = WARPS *
+// BWD_ROWS keys, warp w owns BWD_ROWS of them (k and v rows in shared memory, dK and dV
 // accumulators in registers). It walks the queries that can see its keys (causal: from
 // its first key on) in tiles of TILE: lane i recomputes P_ij and dS_ij for query i, then
 // lane d accumulates dV_j[d] += P_ij dO_i[d] and dK_j[d] += dS_ij q_i[d] over the tile.
-// grid: (ceil(S / BK), BH) blocks of WARPS * 32 threads.
-// q, dout: (BH, L, HEAD_DIM); k, v, dk, dv: (BH, S, HEAD_DIM); lse, delta: (BH, L).
+// grid: ceil(S / BK) * B * H blocks of WARPS * 32 threads.
+// q, dout: (B, H, L, HEAD_DIM), k, v: (B, H, S, HEAD_DIM), strided; lse, delta: (B, H, L);
+// dk, dv: (B, H, S, HEAD_DIM) outputs, contiguous float32.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
-flash_attention_backward_dkdv(const float* __restrict__ q, const float* __restrict__ k,
-                              const float* __restrict__ v, const float* __restrict__ dout,
+flash_attention_backward_dkdv(const input_t* __restrict__ q, const input_t* __restrict__ k,
+                              const input_t* __restrict__ v, const input_t* __restrict__ dout,
                               const float* __restrict__ lse, const float* __restrict__ delta,
-                              float* __restrict__ dk, float* __restrict__ dv,
-                              int L, int S, float scale, int causal)
+                              float* __restrict__ dk, float* __restrict__ dv, int L, int S,
+                              int heads, float scale, int causal, long long q_batch,
+                              long long q_head, long long q_row, long long k_batch,
+                              long long k_head, long long k_row, long long v_batch,
+                              long long v_head, long long v_row, long long dout_batch,
+                              long long dout_head, long long dout_row)
 {
     constexpr int BK = WARPS * BWD_ROWS;
     __shared__ float k_s[BK][HEAD_DIM];
@@ -289,12 +396,12 @@ flash_attention_backward_dkdv(const float* __restrict__ q, const float* __restri
     __shared__ float lse_s[TILE], delta_s[TILE];
 
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const long long bh = blockIdx.y;
-    const int k0 = blockIdx.x * BK;
-    const float* q_h = q + bh * L * HEAD_DIM;
-    const float* do_h = dout + bh * L * HEAD_DIM;
-    load_tile(&k_s[0][0], HEAD_DIM, k + bh * S * HEAD_DIM, k0, BK, S);
-    load_tile(&v_s[0][0], HEAD_DIM, v + bh * S * HEAD_DIM, k0, BK, S);
+    const Place at = place((S + BK - 1) / BK, heads, false);
+    const int k0 = at.tile * BK;
+    const input_t* q_h = rows_of(q, at, q_batch, q_head);
+    const input_t* do_h = rows_of(dout, at, dout_batch, dout_head);
+    load_tile(&k_s[0][0], HEAD_DIM, rows_of(k, at, k_batch, k_head), k_row, k0, BK, S);
+    load_tile(&v_s[0][0], HEAD_DIM, rows_of(v, at, v_batch, v_head), v_row, k0, BK, S);
 
     float dk_acc[BWD_ROWS][DIMS_PER_LANE], dv_acc[BWD_ROWS][DIMS_PER_LANE];
     #pragma unroll
@@ -305,12 +412,12 @@ flash_attention_backward_dkdv(const float* __restrict__ q, const float* __restri
     const int q_start = causal ? k0 : 0;  // earlier queries see none of these keys
     for (int q0 = q_start; q0 < L; q0 += TILE) {
         __syncthreads();
-        load_tile(&q_s[0][0], PADDED, q_h, q0, TILE, L);
-        load_tile(&do_s[0][0], PADDED, do_h, q0, TILE, L);
+        load_tile(&q_s[0][0], PADDED, q_h, q_row, q0, TILE, L);
+        load_tile(&do_s[0][0], PADDED, do_h, dout_row, q0, TILE, L);
         if (threadIdx.x < TILE) {
             const int row = q0 + threadIdx.x;
-            lse_s[threadIdx.x] = row < L ? lse[bh * L + row] : 0.0f;
-            delta_s[threadIdx.x] = row < L ? delta[bh * L + row] : 0.0f;
+            lse_s[threadIdx.x] = row < L ? lse[at.bh * L + row] : 0.0f;
+            delta_s[threadIdx.x] = row < L ? delta[at.bh * L + row] : 0.0f;
         }
         __syncthreads();
         #pragma unroll
@@ -348,13 +455,13 @@ flash_attention_backward_dkdv(const float* __restrict__ q, const float* __restri
     for (int r = 0; r < BWD_ROWS; ++r) {
         const int key = k0 + warp * BWD_ROWS + r;
         if (key >= S) break;
-        const long long at = (bh * S + key) * HEAD_DIM;
+        const long long out = (at.bh * S + key) * HEAD_DIM;
         #pragma unroll
         for (int t = 0; t < DIMS_PER_LANE; ++t) {
             const int d = lane + WARP * t;
             if (d < HEAD_DIM) {
-                dk[at + d] = dk_acc[r][t] * scale;
-                dv[at + d] = dv_acc[r][t];
+                dk[out + d] = dk_acc[r][t] * scale;
+                dv[out + d] = dv_acc[r][t];
             }
         }
     }

@@ -62,12 +62,34 @@ def _as_heads(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-2], x.shape[-1])  # (..., n, E) -> (BH, n, E)
 
 
+def _read_heads(*arrays: np.ndarray) -> list:
+    """``arrays`` (q, k, v[, do]: (..., n, E)) as the kernels read them: (BH, n, E) through
+    the launcher's batch, head and row strides (``attention_head_split``,
+    ``attention_strides``; copied first where the launcher copies), widened to float32 from
+    bf16/fp16 as the kernels' to_float does (float32 and float64 stay as they are)."""
+    from . import attention_head_split, attention_input_code, attention_strides
+    split, copy = attention_head_split(arrays)
+    heads = []
+    for x, c in zip(arrays, copy):
+        x = np.ascontiguousarray(x) if c else x
+        batch, (n, E) = x.shape[:-2], x.shape[-2:]
+        outer, inner, row = attention_strides(x, split)
+        shape = (int(np.prod(batch[:split])), int(np.prod(batch[split:])), n, E)
+        read = np.lib.stride_tricks.as_strided(
+            x, shape, tuple(s * x.itemsize for s in (outer, inner, row, 1)), writeable=False)
+        read = read.reshape(-1, n, E)  # (BH, n, E)
+        heads.append(read.astype(np.float32) if attention_input_code(x.dtype) in (1, 2)
+                     else read)
+    return heads
+
+
 # --- attention.cu -------------------------------------------------------------------------
 def flash_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
                             scale: float) -> Tuple[np.ndarray, np.ndarray]:
-    """Twin of ``flash_attention_forward``: (o (..., L, E), lse (..., L))."""
+    """Twin of ``flash_attention_forward``: (o (..., L, E), lse (..., L)), in float32 for
+    float32/bf16/fp16 inputs (float64 ones stay float64), read as the kernel reads them."""
     batch = q.shape[:-2]
-    q, k, v = _as_heads(q), _as_heads(k), _as_heads(v)
+    q, k, v = _read_heads(q, k, v)
     BH, L, E = q.shape
     S = k.shape[1]
     dtype = q.dtype
@@ -101,9 +123,11 @@ def flash_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal:
 def flash_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray,
                              do: np.ndarray, lse: np.ndarray, causal: bool,
                              scale: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Twin of the three backward kernels: (dq, dk, dv)."""
+    """Twin of the three backward kernels: (dq, dk, dv), contiguous, in the forward's
+    dtype; do is read in q's dtype, as the launcher casts it."""
     q_shape, k_shape = q.shape, k.shape
-    q, k, v, o, do = (_as_heads(a) for a in (q, k, v, o, do))
+    q, k, v, do = _read_heads(q, k, v, do.astype(q.dtype, copy=False))
+    o = _as_heads(o)
     BH, L, E = q.shape
     S = k.shape[1]
     dtype = q.dtype
