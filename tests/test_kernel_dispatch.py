@@ -23,6 +23,7 @@ from minitorch_gpu.backend import kernels as real
 from minitorch_gpu.backend.kernels import reference
 from minitorch_gpu.backend.numpy_backend import NumpyBackend
 from minitorch_gpu.nn import GPT, GPTConfig
+from minitorch_gpu.ops import attention as attention_ops
 from minitorch_gpu.optim import AdamW
 
 F32 = np.float32
@@ -122,6 +123,9 @@ STANDIN = SimpleNamespace(
                                            reference.flash_attention_forward),
     flash_attention_backward=_flash_checked("flash_attention_backward",
                                             reference.flash_attention_backward),
+    supports_attention_softmax=real.supports_attention_softmax,
+    attention_softmax_forward=reference.attention_softmax_forward,
+    attention_softmax_backward=reference.attention_softmax_backward,
 )
 
 
@@ -166,16 +170,23 @@ def gpt_run(precision=None):
             {n: p.grad.numpy().copy() for n, p in model.named_parameters()})
 
 
+@pytest.mark.parametrize("attention", ["dense", "flash"])
 @pytest.mark.parametrize("precision", ["float32", "bf16"])
-def test_gpt_through_the_kernel_branches_matches_the_vectorised_ops(standin, precision):
+def test_gpt_through_the_kernel_branches_matches_the_vectorised_ops(standin, monkeypatch,
+                                                                    precision, attention):
+    if attention == "flash":  # attention past the dense path's memory budget
+        monkeypatch.setattr(attention_ops, "DENSE_MAX_BYTES", 0)
     standin(False)
     loss_ref, logits_ref, grads_ref = gpt_run(precision)
     calls = standin(True)
     loss, logits, grads = gpt_run(precision)
     # every hot op took its kernel branch, forward and backward
+    expected = {"dense": {"attention_softmax_forward", "attention_softmax_backward"},
+                "flash": {"flash_attention_forward", "flash_attention_backward"}}
     assert {"layer_norm_forward", "layer_norm_backward", "gelu_forward", "gelu_backward",
-            "cross_entropy_forward", "cross_entropy_backward", "flash_attention_forward",
-            "flash_attention_backward"} <= set(calls)
+            "cross_entropy_forward", "cross_entropy_backward"} | expected[attention] \
+        <= set(calls)
+    assert not expected["flash" if attention == "dense" else "dense"] & set(calls)
     tol = 1e-5 if precision == "float32" else 2e-2  # bf16: rounding at other places
     assert loss == pytest.approx(loss_ref, rel=tol)
     np.testing.assert_allclose(logits, logits_ref, rtol=tol, atol=tol)
@@ -207,7 +218,10 @@ def test_cross_entropy_branch_scales_each_reduction(standin, reduction, smoothin
     np.testing.assert_allclose(grad, grad_ref, rtol=1e-5, atol=1e-7)
 
 
-def test_attention_branch_on_gpt_head_views_and_non_causal(standin):
+@pytest.mark.parametrize("attention", ["dense", "flash"])
+def test_attention_branch_on_gpt_head_views_and_non_causal(standin, monkeypatch, attention):
+    if attention == "flash":
+        monkeypatch.setattr(attention_ops, "DENSE_MAX_BYTES", 0)
     mt.manual_seed(0)
     qkv = mt.randn(2, 21, 3 * 48).numpy()
 
@@ -224,7 +238,8 @@ def test_attention_branch_on_gpt_head_views_and_non_causal(standin):
         y_ref, g_ref = run(causal)
         calls = standin(True)
         y, g = run(causal)
-        assert "flash_attention_backward" in calls
+        assert {"dense": "attention_softmax_backward",
+                "flash": "flash_attention_backward"}[attention] in calls
         np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
         # a gradient that is exactly 0 one way (a query that sees one key) is rounding
         # noise the other way: compare against the largest gradient
@@ -236,6 +251,7 @@ def test_flash_branch_reads_gpt_heads_as_stored(standin, monkeypatch, precision)
     """GPT's attention hands the flash kernels q, k, v as c_attn wrote them: in their dtype
     (bf16 under autocast, not widened) and as strided views of the one (B, T, 3C)
     projection (not copied); its backward gets the output gradient's head view as well."""
+    monkeypatch.setattr(attention_ops, "DENSE_MAX_BYTES", 0)
     standin(True)
     gpt_run(precision)
     dtype = {"float32": mt.float32, "bf16": mt.bfloat16}[precision]
@@ -255,6 +271,7 @@ def test_flash_branch_on_bf16_is_float32_attention_rounded_once(standin, monkeyp
     """The kernels widen bf16 exactly as they load it and compute in float32: attention of
     bf16 heads is, bit for bit, the float32 attention of the same values with its output
     rounded to bf16 once (and its float32 gradients rounded once by the engine)."""
+    monkeypatch.setattr(attention_ops, "DENSE_MAX_BYTES", 0)
     calls = standin(True)
     mt.manual_seed(0)
     values = mt.randn(2, 21, 3 * 48).to(mt.bfloat16).float().numpy()  # bf16's values
@@ -280,6 +297,43 @@ def test_a_masked_attention_keeps_the_vectorised_path(standin):
     mask = mt.ones(5, 5, dtype=mt.bool_).tril()
     F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
     assert "flash_attention_forward" not in calls
+    assert "attention_softmax_forward" not in calls
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_dense_attention_branch_with_dropout(standin, precision):
+    """Dropout inside the softmax kernel: the mask is the hash of a seed the op draws from
+    the backend's stream, the same in backward; output and gradients equal attention
+    computed by hand in float64 with that mask."""
+    calls = standin(True)
+    mt.manual_seed(0)
+    dtype = {"float32": mt.float32, "bf16": mt.bfloat16}[precision]
+    data = [mt.randn(2, 3, 9, 8).numpy() for _ in range(3)]
+    p = 0.3
+    q, k, v = (mt.tensor(d, dtype=dtype, requires_grad=True) for d in data)
+    backend = mt.get_backend("cpu")
+    state = backend.get_rng_state()
+    y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+    (y.float() * y.float()).sum().backward()
+    assert {"attention_softmax_forward", "attention_softmax_backward"} <= set(calls)
+    backend.set_rng_state(state)  # the seed the op drew
+    seed = backend.randint(0, 2 ** 62, (1,), np.dtype(np.int64)).view(np.uint64)
+    keep = reference.dropout_keep(seed, (2, 3, 9, 9), p)
+    assert 0.5 < keep.mean() < 0.9
+
+    xs = [mt.tensor(t.detach().float().numpy(), dtype=mt.float64, requires_grad=True)
+          for t in (q, k, v)]
+    scores = xs[0] @ xs[1].transpose(-1, -2) / math.sqrt(8)
+    scores = scores.masked_fill(~mt.ones(9, 9, dtype=mt.bool_).tril(), float("-inf"))
+    attended = F.softmax(scores, dim=-1) * mt.tensor(keep.astype(np.float64)) / (1 - p)
+    expected = attended @ xs[2]
+    (expected * expected).sum().backward()
+    tol = 1e-5 if precision == "float32" else 3e-2
+    np.testing.assert_allclose(y.float().detach().numpy(), expected.detach().numpy(),
+                               rtol=tol, atol=tol)
+    for ours, theirs in zip((q, k, v), xs):
+        g, g_ref = ours.grad.float().numpy(), theirs.grad.numpy()
+        assert np.linalg.norm(g - g_ref) / np.linalg.norm(g_ref) < tol
 
 
 def test_adamw_branch_matches_the_vectorised_update(standin):

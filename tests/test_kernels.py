@@ -32,6 +32,7 @@ import minitorch_gpu as mt
 import minitorch_gpu.functional as F
 from minitorch_gpu.backend import kernels
 from minitorch_gpu.backend.kernels import reference
+from minitorch_gpu.ops import attention as attention_ops
 
 NVCC = shutil.which("nvcc")
 BF16 = mt.bfloat16
@@ -52,6 +53,7 @@ def compile_jobs() -> list:
     jobs += [("attention.cu", (f"-DHEAD_DIM={d}", "-DINPUT_DTYPE=1"))
              for d in ATTENTION_HEAD_DIMS]
     jobs += [("attention.cu", ("-DHEAD_DIM=64", "-DINPUT_DTYPE=2"))]
+    jobs += [("attention_softmax.cu", ("-DPROB_BF16=1",))]
     return jobs
 
 
@@ -138,6 +140,7 @@ def test_loader_launch_shapes_match_the_sources() -> None:
     assert kernels.ATTENTION_INPUT_DTYPES == {"float32": 0, "bfloat16": 1, "float16": 2}
     for dtype, code in ((np.float32, 0), (BF16, 1), (np.float16, 2), (np.float64, None)):
         assert kernels.attention_input_code(dtype) == code
+    assert int(defined("attention_softmax.cu", "SOFTMAX_THREADS")) == kernels.SOFTMAX_THREADS
     for head_dim in (1, 64, 65, 128):
         expected = 2 if head_dim > 64 else 4
         assert kernels.attention_backward_rows(head_dim) == reference.bwd_rows(head_dim) \
@@ -153,7 +156,8 @@ def test_every_kernel_the_loader_launches_is_in_its_source() -> None:
         assert re.search(declaration, source(filename)), f"{filename} has no kernel {kernel}"
 
 
-C_SCALARS = {"float": np.float32, "int": np.int32, "long long": np.int64}
+C_SCALARS = {"float": np.float32, "int": np.int32, "long long": np.int64,
+             "unsigned int": np.uint32, "unsigned long long": np.uint64}
 
 
 def c_parameters(filename: str, kernel: str) -> list:
@@ -207,7 +211,10 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
                     assert_strides_read(arg, by_name, param.rsplit(" ", 1)[1])
                 elif declared.endswith("*"):
                     assert isinstance(arg, np.ndarray) and arg.flags.c_contiguous, param
-                    assert arg.dtype == C_SCALARS[declared[:-1].strip()], (name, param)
+                    pointee = declared[:-1].strip()
+                    if pointee == "prob_t":  # attention_softmax.cu: float, or bf16's bits
+                        pointee = "bf16" if defines["PROB_BF16"] else "float"
+                    assert arg.dtype == {**C_SCALARS, "bf16": BF16}[pointee], (name, param)
                 else:
                     assert type(arg) is C_SCALARS[declared], (name, param, type(arg))
             assert 1 <= len(grid) <= 2 and min(grid) >= 1 and grid[1:] <= (65535,), grid
@@ -259,6 +266,15 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
         for name, args in launches:
             inputs = [a for a in args if isinstance(a, np.ndarray) and a.dtype == BF16]
             assert inputs and all(any(a is b for b in (*heads, do)) for a in inputs), name
+    scores = np.zeros((2, 3, 45, 50), f32)
+    seed = np.ones(1, np.uint64)
+    for dtype, dropout_p in ((f32, 0.0), (BF16, 0.1)):
+        probs, attended = kernels.attention_softmax_forward(scores, True, 0.1, dropout_p, seed,
+                                                            dtype)
+        assert probs.shape == attended.shape == scores.shape and probs.dtype == dtype
+        assert (attended is probs) == (dropout_p == 0.0)
+        d_scores = kernels.attention_softmax_backward(scores, probs, 0.1, dropout_p, seed)
+        assert d_scores.shape == scores.shape and d_scores.dtype == dtype
     kernel_names = re.findall(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\)\s+)?'
                               r"(\w+)\(", "".join(map(source, kernels.SOURCES)))
     assert sorted(set(launched)) == sorted(kernel_names)
@@ -724,7 +740,8 @@ GPU_ATTENTION_CASES = [
 
 @pytest.mark.parametrize("case", GPU_ATTENTION_CASES, ids=case_id)
 @needs_cuda
-def test_flash_attention_kernel(case: tuple) -> None:
+def test_flash_attention_kernel(case: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attention_ops, "DENSE_MAX_BYTES", 0)  # past the dense path's budget
     batch, L, S, E, causal = case
     q, k, v, do = attention_inputs(batch, L, S, E, np.float32, seed=4)
     scale = 1.0 / math.sqrt(E)
@@ -886,3 +903,106 @@ def test_unsupported_cases_fall_back_on_the_gpu() -> None:
         out[device] = F.scaled_dot_product_attention(
             *t, attn_mask=mt.tensor(mask, device=device)).cpu().numpy()
     assert_close(out["cuda"], out["cpu"], 1e-10, "masked attention")
+
+
+# --- attention on tensor cores: cuBLAS products around attention_softmax.cu ----------------
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["float32", "bf16"])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 1, 1, 1), (1, 2, 5, 1030)])
+@needs_cuda
+def test_attention_softmax_kernel_matches_its_twin(shape, causal, dropout_p, dtype) -> None:
+    """Forward and backward against the NumPy twin: the same probabilities (to float32
+    rounding, then bf16's), the same dropout mask bit for bit (the hash of the seed)."""
+    import cupy
+    rng = np.random.default_rng(7)
+    scores = (rng.standard_normal(shape) * 4).astype(np.float32)
+    d_attended = rng.standard_normal(shape).astype(np.float32)
+    seed = np.array([0x1234_5678_9ABC], np.uint64)
+    L = shape[-2]
+    causal = causal and L <= shape[-1]
+    probs, attended = kernels.attention_softmax_forward(
+        cupy.asarray(scores), causal, 0.3, dropout_p, cupy.asarray(seed), dtype)
+    ref_probs, ref_attended = reference.attention_softmax_forward(scores, causal, 0.3,
+                                                                  dropout_p, seed, dtype)
+    rtol = 1e-5 if dtype == np.float32 else 1e-2
+    assert probs.dtype == dtype and attended.dtype == dtype
+    assert_close(cupy.asnumpy(probs).astype(np.float64), ref_probs.astype(np.float64), rtol,
+                 "P")
+    got_attended = cupy.asnumpy(attended).astype(np.float64)
+    assert ((got_attended == 0) == (ref_attended.astype(np.float64) == 0)).all(), "mask"
+    assert_close(got_attended, ref_attended.astype(np.float64), rtol, "A")
+    d_scores = kernels.attention_softmax_backward(cupy.asarray(d_attended), probs, 0.3,
+                                                  dropout_p, cupy.asarray(seed))
+    ref = reference.attention_softmax_backward(d_attended, cupy.asnumpy(probs), 0.3,
+                                               dropout_p, seed)
+    assert_close(cupy.asnumpy(d_scores).astype(np.float64), ref.astype(np.float64),
+                 rtol * 10, "dS")
+
+
+@pytest.mark.parametrize("case", GPU_ATTENTION_CASES, ids=case_id)
+@needs_cuda
+def test_dense_attention_on_the_gpu(case: tuple) -> None:
+    """float32 attention through the dense path (cuBLAS, the softmax kernel) against the
+    float64 op, forward and backward."""
+    batch, L, S, E, causal = case
+    q, k, v, do = attention_inputs(batch, L, S, E, np.float32, seed=8)
+    scale = 1.0 / math.sqrt(E)
+    assert kernels.supports_attention_softmax(q, k, v, None)
+    got = op_attention(q, k, v, do, causal, scale, device="cuda")
+    expected = op_attention(*as_float64(q, k, v, do), causal, scale)
+    for name, g, ref in zip(("o", "dq", "dk", "dv"), got, expected):
+        assert g.dtype == np.float32, name
+        assert_close(g.astype(np.float64), ref, GPU_RTOL, name)
+
+
+@pytest.mark.parametrize("path", ["dense", "flash"])
+@needs_cuda
+def test_gpt_attention_in_bf16_on_the_gpu_matches_the_cpu(path: str,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    """GPT's packed attention under autocast on each CUDA path against the CPU's emulated
+    bf16 (the same roundings at the same places, up to bf16's last bit)."""
+    if path == "flash":
+        monkeypatch.setattr(attention_ops, "DENSE_MAX_BYTES", 0)
+    rng = np.random.default_rng(9)
+    qkv = rng.standard_normal((2, 67, 3 * 128)).astype(np.float32)
+    grad = rng.standard_normal((2, 67, 128)).astype(np.float32)
+    out = {}
+    for device in ("cuda", "cpu"):
+        x = mt.tensor(qkv, device=device, requires_grad=True)
+        with mt.autocast("bf16"):
+            y = attention_ops.packed_causal_attention(x, 4)
+        y.float().backward(mt.tensor(grad, device=device))
+        out[device] = (y.float().detach().cpu().numpy(), x.grad.cpu().numpy())
+    for what, got, ref in zip(("y", "grad"), out["cuda"], out["cpu"]):
+        assert_close(got.astype(np.float64), ref.astype(np.float64), 3e-2, what)
+
+
+@pytest.mark.parametrize("layout", ["2d", "weight.T", "batched", "heads", "vector"])
+@needs_cuda
+def test_bf16_products_through_cublas(layout: str) -> None:
+    """The backend's own cuBLAS call on each layout it plans, against float64: bf16 in,
+    float32 out, and a bf16 out rounded once."""
+    import cupy
+    backend = mt.get_backend("cuda")
+    rng = np.random.default_rng(10)
+    bf = lambda *shape: cupy.asarray(rng.standard_normal(shape).astype(BF16))
+    qkv = bf(2, 33, 3, 4, 16)  # views of it are taken on the device: strides kept
+    a, b = {
+        "2d": (bf(65, 40), bf(40, 24)),
+        "weight.T": (bf(65, 40), bf(24, 40).T),
+        "batched": (bf(3, 65, 40), bf(3, 40, 24)),
+        "heads": (qkv[:, :, 0].transpose(0, 2, 1, 3), qkv[:, :, 1].transpose(0, 2, 3, 1)),
+        "vector": (cupy.ones(65, BF16), bf(65, 24)),
+    }[layout]
+    a_host, b_host = cupy.asnumpy(a), cupy.asnumpy(b)
+    expected = a_host.astype(np.float64) @ b_host.astype(np.float64)
+    got = backend.matmul(a, b)
+    assert got.dtype == np.float32
+    assert_close(cupy.asnumpy(got).astype(np.float64), expected, 1e-5, layout)
+    if layout != "vector":
+        out = cupy.zeros(expected.shape, BF16)
+        assert backend.matmul(a, b, out=out) is out
+        rounded = cupy.asnumpy(got).astype(BF16)  # float32 sums, then one rounding
+        mismatch = (cupy.asnumpy(out).view(np.uint16) != rounded.view(np.uint16)).mean()
+        assert mismatch < 0.01, mismatch  # a sum order may differ: a last bit at most

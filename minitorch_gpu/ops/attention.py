@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+import numpy as np
+
 from ..autograd import Function
 from ..backend import dtypes
 from ..backend.threads import row_pieces, run_split
@@ -31,14 +33,42 @@ from .softmax import softmax_
 
 
 TILED_FROM = 1024  # keys from which attention without mask or dropout is tiled (memory)
+# On CUDA, attention whose float32 scores and saved probabilities (dropped-out copy
+# included) take at most this many bytes runs as cuBLAS products around the fused softmax
+# kernel (tensor cores); longer attention goes to the flash kernels, which never hold them
+DENSE_MAX_BYTES = 2 << 30
+
+
+def _dense_bytes(q, k) -> int:
+    """Bytes the dense path holds at once: the (..., L, S) float32 scores, and the
+    probabilities and their dropped-out copy in q's dtype."""
+    batch = math.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    return batch * q.shape[-2] * k.shape[-2] * (4 + 2 * q.dtype.itemsize)
 
 
 def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
     """The forward of every path, on raw arrays: returns (output, saved), where ``saved`` is
     what ``_attend_backward`` needs besides q, k and v. ``out`` receives the output."""
     xp = ctx.xp
-    kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/attention.cu
+    kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/attention*.cu
     ctx.scale, ctx.causal, ctx.dropout_p = scale, causal, dropout_p
+    if kernels is not None and kernels.supports_attention_softmax(q, k, v, mask) and \
+            _dense_bytes(q, k) <= DENSE_MAX_BYTES:
+        # tensor cores: Q K^T and A V as cuBLAS GEMMs (bf16 in, float32 accumulation),
+        # scale, causal mask, softmax and dropout between them as one kernel; the dropout
+        # mask is a hash of a seed drawn here, so backward recomputes it instead of saving it
+        ctx.path, ctx.kernels = "dense", kernels
+        scores = ctx.backend.matmul(q, xp.swapaxes(k, -1, -2))  # (..., L, S) float32
+        seed = None
+        if dropout_p > 0.0:
+            seed = ctx.backend.randint(0, 2 ** 62, (1,), dtypes.int64).view(xp.uint64)
+        probs, attended = kernels.attention_softmax_forward(scores, causal, scale, dropout_p,
+                                                            seed, q.dtype)
+        del scores
+        if out is not None and out.shape == attended.shape[:-1] + v.shape[-1:]:
+            return ctx.backend.matmul(attended, v, out=out), (probs, attended, seed)
+        result = ctx.backend.matmul(attended, v)  # (..., L, Ev)
+        return _into(out, result.astype(q.dtype, copy=False)), (probs, attended, seed)
     if kernels is not None and kernels.supports_flash_attention(q, k, v, mask, dropout_p):
         # tiled, online softmax in float32; the kernels read q, k, v as stored (bf16 under
         # autocast) and where they are (GPT's strided head views): no widened or
@@ -95,6 +125,22 @@ def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v
     needed); each written into its ``outs`` array when one is given."""
     xp = ctx.xp
     out_q, out_k, out_v = outs
+    if ctx.path == "dense":
+        probs, attended, seed = saved
+        matmul = ctx.backend.matmul
+        grad = grad.astype(v.dtype, copy=False)  # bf16 GEMMs take one dtype
+        grad_v = matmul(xp.swapaxes(attended, -1, -2), grad, out=out_v) if need_v else None
+        grad_q = grad_k = None
+        if need_q or need_k:
+            d_attended = matmul(grad, xp.swapaxes(v, -1, -2))  # (..., L, S) float32
+            d_scores = ctx.kernels.attention_softmax_backward(d_attended, probs, ctx.scale,
+                                                              ctx.dropout_p, seed)
+            del d_attended
+            if need_q:
+                grad_q = matmul(d_scores, k, out=out_q)
+            if need_k:
+                grad_k = matmul(xp.swapaxes(d_scores, -1, -2), q, out=out_k)
+        return grad_q, grad_k, grad_v
     if ctx.path == "kernel":
         result, lse = saved
         # q, k, v and grad as they are (bf16, strided views); float32 gradients, which the

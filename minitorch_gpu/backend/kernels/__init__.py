@@ -30,10 +30,12 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Tuple
 
+import ml_dtypes
 import numpy as np
 
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("layernorm.cu", "gelu.cu", "cross_entropy.cu", "adamw.cu", "attention.cu")
+SOURCES = ("layernorm.cu", "gelu.cu", "cross_entropy.cu", "adamw.cu", "attention.cu",
+           "attention_softmax.cu")
 COMPILE_OPTIONS = ("-std=c++17",)  # NVRTC picks the architecture of the current device
 MAX_HEAD_DIM = 128  # attention.cu's shared-memory tiles fit 48 KiB up to this head size
 
@@ -54,6 +56,7 @@ def attention_backward_rows(head_dim: int) -> int:
 
 _FLOAT32 = np.dtype(np.float32)
 _INT64 = np.dtype(np.int64)
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 # --- sources and modules ------------------------------------------------------------------
@@ -384,6 +387,102 @@ def adamw_step(params: Sequence[Any], grads: Sequence[Any], exp_avgs: Sequence[A
                          f"have one length, got {[len(items) for items in lists]}")
     for param, grad, exp_avg, exp_avg_sq, step in zip(*lists):
         adamw_update(param, grad, exp_avg, exp_avg_sq, step=step, **hyperparameters)
+
+
+# --- attention softmax (between attention's two cuBLAS products) ---------------------------
+SOFTMAX_THREADS = 256  # attention_softmax.cu's SOFTMAX_THREADS: one block per row
+DROPOUT_BITS = 24  # attention_softmax.cu's kept(): the hash's top 24 bits against p 2^24
+_PROB_TYPES = (_FLOAT32, _BFLOAT16)  # PROB_BF16 = 0, 1
+
+
+def supports_attention_softmax(q: Any, k: Any, v: Any, mask: Optional[Any]) -> bool:
+    """float32 or bf16 q, k, v of one dtype, at least 2-D, no attn_mask (causal or not,
+    dropout or not), at most 2^31 - 1 rows of scores (one block each) of < 2^31 keys."""
+    if mask is not None or not q.dtype == k.dtype == v.dtype or q.dtype not in _PROB_TYPES:
+        return False
+    if min(q.ndim, k.ndim, v.ndim) < 2 or q.size == 0 or k.size == 0:
+        return False
+    rows = math.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) * q.shape[-2]
+    return rows <= 2 ** 31 - 1 and k.shape[-2] <= 2 ** 31 - 1
+
+
+def _dropout_arguments(op: str, dropout_p: float, seed: Optional[Any]) -> tuple:
+    """(threshold, keep_scale, seed) as the kernels take them: dropout keeps an element when
+    its hash's top 24 bits reach threshold = round(p 2^24)."""
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p}")
+    threshold = int(round(dropout_p * (1 << DROPOUT_BITS)))
+    if threshold and (seed is None or seed.dtype != np.uint64 or seed.shape != (1,)):
+        raise ValueError(f"{op}: dropout needs seed, a (1,) uint64 device array, got "
+                         f"{None if seed is None else (seed.dtype, tuple(seed.shape))}")
+    if not threshold:
+        seed = _unused_seed(_cupy())
+    return np.uint32(threshold), np.float32(1.0 / (1.0 - dropout_p)), seed
+
+
+def _unused_seed(cupy: Any) -> Any:
+    """A (1,) uint64 array on the current device for the seed argument without dropout
+    (never read then), made once per device."""
+    device = cupy.cuda.Device().id if hasattr(cupy, "cuda") else -1
+    if device not in _UNUSED_SEEDS:
+        _UNUSED_SEEDS[device] = cupy.zeros(1, dtype=np.uint64)
+    return _UNUSED_SEEDS[device]
+
+
+_UNUSED_SEEDS: dict = {}
+
+
+@_on_device_of_first_array
+def attention_softmax_forward(scores: Any, causal: bool, scale: float, dropout_p: float,
+                              seed: Optional[Any], dtype: Any) -> Tuple[Any, Any]:
+    """``(P, A)``: P = softmax(scores * scale), keys after each query masked when ``causal``
+    (top-left aligned), and A = dropout(P) with the mask drawn from ``seed`` (A is P when
+    ``dropout_p`` is 0), both (..., L, S) in ``dtype`` (float32 or bf16).
+
+    scores: (..., L, S) float32, as cuBLAS writes Q K^T. seed: a (1,) uint64 device array
+    (the backward recomputes the mask from it), or None without dropout."""
+    op = "attention_softmax_forward"
+    _check_float32(op, scores=scores)
+    dtype = np.dtype(dtype)
+    if dtype not in _PROB_TYPES or scores.ndim < 2 or scores.size == 0:
+        raise ValueError(f"{op}: expected non-empty scores (..., L, S) and dtype float32 or "
+                         f"bfloat16, got {tuple(scores.shape)} and {dtype}")
+    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    cupy = _cupy()
+    scores = _contiguous(scores)
+    L, S = scores.shape[-2:]
+    probs = cupy.empty(scores.shape, dtype=dtype)
+    attended = cupy.empty_like(probs) if threshold else probs
+    kernel = _kernel(scores, "attention_softmax.cu", "attention_softmax_forward",
+                     PROB_BF16=int(dtype == _BFLOAT16))
+    kernel((scores.size // S,), (SOFTMAX_THREADS,),
+           (scores, probs, attended, np.int32(L), np.int32(S), np.float32(scale),
+            np.int32(causal), threshold, keep_scale, seed))
+    return probs, attended
+
+
+@_on_device_of_first_array
+def attention_softmax_backward(d_attended: Any, probs: Any, scale: float, dropout_p: float,
+                               seed: Optional[Any]) -> Any:
+    """dS, the gradient of the scores (before scaling), in P's dtype, from dA = dO V^T
+    (..., L, S) float32 and the forward's P, ``dropout_p`` and ``seed``:
+    dS = scale * P * (dP - rowsum(dP * P)) with dP = dA * keep / (1 - p)."""
+    op = "attention_softmax_backward"
+    _check_float32(op, d_attended=d_attended)
+    if probs.dtype not in _PROB_TYPES:
+        raise TypeError(f"{op}: probs must be float32 or bfloat16, got {probs.dtype}")
+    _check_shape(op, "probs", probs, d_attended.shape)
+    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    cupy = _cupy()
+    d_attended, probs = _contiguous(d_attended), _contiguous(probs)
+    S = probs.shape[-1]
+    d_scores = cupy.empty(probs.shape, dtype=probs.dtype)
+    kernel = _kernel(probs, "attention_softmax.cu", "attention_softmax_backward",
+                     PROB_BF16=int(probs.dtype == _BFLOAT16))
+    kernel((probs.size // S,), (SOFTMAX_THREADS,),
+           (d_attended, probs, d_scores, np.int32(S), np.float32(scale), threshold,
+            keep_scale, seed))
+    return d_scores
 
 
 # --- flash attention ----------------------------------------------------------------------

@@ -253,3 +253,51 @@ def cross_entropy_backward(logits: np.ndarray, targets: np.ndarray, lse: np.ndar
     g *= dloss[:, None]
     g[~valid] = 0  # an ignored position gets no gradient
     return g
+
+
+# --- attention_softmax.cu: the work between attention's two cuBLAS products ----------------
+DROPOUT_BITS = 24
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), \
+    np.uint64(0x94D049BB133111EB)
+
+
+def dropout_keep(seed: np.ndarray, shape: tuple, dropout_p: float) -> np.ndarray:
+    """The kernel's kept(): True where element i (row-major index in ``shape``) survives,
+    i.e. where the top 24 bits of splitmix64(seed + (i + 1) * golden) reach round(p 2^24)."""
+    threshold = np.uint64(round(dropout_p * (1 << DROPOUT_BITS)))
+    z = np.arange(1, int(np.prod(shape)) + 1, dtype=np.uint64) * _GOLDEN  # wraps, as in C
+    z += np.asarray(seed, dtype=np.uint64).reshape(())
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z ^= z >> np.uint64(31)
+    return ((z >> np.uint64(40)) >= threshold).reshape(shape)
+
+
+def attention_softmax_forward(scores: np.ndarray, causal: bool, scale: float,
+                              dropout_p: float, seed, dtype) -> Tuple[np.ndarray, np.ndarray]:
+    """(P, A) as the kernel writes them: P = softmax(scores * scale) over each query's
+    visible keys (0..i when causal), rounded once to ``dtype``; A = P * keep / (1 - p) from
+    the float32 P, rounded once (A is P without dropout)."""
+    s = scores.astype(np.float32) * np.float32(scale)
+    L, S = s.shape[-2:]
+    visible = np.tril(np.ones((L, S), bool)) if causal else np.ones((L, S), bool)
+    m = np.where(visible, s, -np.inf).max(axis=-1, keepdims=True)
+    e = np.where(visible, np.exp(np.where(visible, s - m, 0)), np.float32(0))
+    p = e * (np.float32(1) / e.sum(axis=-1, keepdims=True, dtype=np.float32))
+    probs = p.astype(dtype)
+    if not round(dropout_p * (1 << DROPOUT_BITS)):
+        return probs, probs
+    keep = dropout_keep(seed, p.shape, dropout_p)
+    return probs, np.where(keep, p * np.float32(1 / (1 - dropout_p)), 0).astype(dtype)
+
+
+def attention_softmax_backward(d_attended: np.ndarray, probs: np.ndarray, scale: float,
+                               dropout_p: float, seed) -> np.ndarray:
+    """dS = scale * P * (dP - rowsum(dP * P)), dP = dA * keep / (1 - p), in P's dtype."""
+    dp = d_attended.astype(np.float32)
+    if round(dropout_p * (1 << DROPOUT_BITS)):
+        keep = dropout_keep(seed, dp.shape, dropout_p)
+        dp = np.where(keep, dp * np.float32(1 / (1 - dropout_p)), np.float32(0))
+    p = probs.astype(np.float32)
+    dot = (dp * p).sum(axis=-1, keepdims=True, dtype=np.float32)
+    return (np.float32(scale) * p * (dp - dot)).astype(probs.dtype)
