@@ -72,7 +72,11 @@ STAND_IN_TESTS = ["tests/test_gpu_check.py"]
 # racecheck is slow: kernels with shared-memory reductions and tiles, one case each
 RACECHECK_SELECTION = ("flash_attention_kernel_on_gpt_head_views or "
                        "cross_entropy_kernel_matches_its_twin or "
-                       "(layer_norm_kernel and both and shape0)")
+                       "(layer_norm_kernel and both and shape0) or "
+                       "(attention_softmax_kernel_matches_its_twin and bf16 and shape0)")
+# memcheck slows a kernel down ~100x: the long-sequence and many-problem cases are left to
+# the tests step
+MEMCHECK_SELECTION = "not long_sequence and not past_65535"
 # under compute-sanitizer, CuPy's memory pool is turned off first: memcheck only sees
 # accesses outside whole allocations, and a pool makes one allocation of many arrays
 POOL_OFF_PYTEST = ("import sys\n"
@@ -257,7 +261,7 @@ def sanitizer_command(run: Run, tool: str, extra: List[str]) -> Command:
 
 
 def memcheck_command(run: Run) -> Command:
-    return sanitizer_command(run, "memcheck", [])
+    return sanitizer_command(run, "memcheck", [] if run.dry else ["-k", MEMCHECK_SELECTION])
 
 
 def racecheck_command(run: Run) -> Command:
@@ -367,7 +371,7 @@ STEPS = [
          memcheck_command, sanitizer_figure, test_timeout_s=120),
     Step("rest", 60, "tests_rest.log", "the rest of the cuda op table (pytest -m cuda)",
          rest_command, pytest_figure, test_timeout_s=30),
-    Step("racecheck", 20, "sanitizer.log", "compute-sanitizer racecheck over three kernel "
+    Step("racecheck", 20, "sanitizer.log", "compute-sanitizer racecheck over four kernel "
          "tests", racecheck_command, sanitizer_figure, test_timeout_s=120),
 ]
 
