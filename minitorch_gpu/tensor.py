@@ -115,6 +115,10 @@ class Tensor:
 
     # --- conversions --------------------------------------------------------------------
     def item(self) -> Union[int, float, bool]:
+        """The one value as a Python number. Like ``tolist``, ``float()``, ``int()`` and
+        ``bool()`` (which call it), it reads the value back through ``backend.to_numpy``:
+        on a GPU that waits for every queued kernel, and every read is counted in
+        ``backend.host_reads``, so a hot loop should keep its values on the device."""
         if self.data.size != 1:
             raise ValueError(f"item: only a one-element tensor converts to a Python number, "
                              f"got shape {tuple(self.shape)}")

@@ -17,6 +17,13 @@ A run directory, ``checkpoint.dir/run_name/``, holds::
 Checkpoint writes are atomic (see ``checkpoint.py``). A resumed run restores every random
 stream, so with the same seed it reproduces the loss curve of an uninterrupted run.
 
+A step reads nothing back from the device: reading a value from a GPU waits for every
+kernel queued before it, and the GPU then idles while Python queues the next step. Each
+step's loss and gradient norm stay on the device and are read together (one host read) at
+the next log point (every ``train.log_interval`` iterations), evaluation, checkpoint or
+the end, where a NaN or infinite one stops the run, naming the step it came from. So a
+diverged run runs on until then, and never saves a checkpoint after the bad step.
+
 Under ``mpiexec -n N`` (see ``distributed.py``) every rank runs this loop on its own batches
 (its own sampler seed) and the gradients are averaged across ranks once per optimizer step,
 after the last micro-batch and before clipping, so the weights stay identical everywhere.
@@ -37,7 +44,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import backend as backend_module
 from . import distributed
@@ -332,19 +339,20 @@ class Trainer:
         batches (rank r every world_size-th, from the r-th) and the sums are added up, so
         the figures do not depend on the number of ranks."""
         self.model.eval()
-        group, iters = self.group, self.cfg.eval.iters
-        totals = []
+        group, iters, backend = self.group, self.cfg.eval.iters, self.backend
+        totals = []  # each split's sum of losses, on the device
         for split in ("train", "val"):
             sampler = self.eval_samplers[split]()
-            total = 0.0
+            total = backend.asarray(0.0, dtype=dtypes.float64)
             for i in range(iters):
                 x, y = sampler.next_batch()  # drawn on every rank: the streams stay in step
                 if i % group.world_size == group.rank:
                     with self.precision:
                         _, loss = self.model(x, y)
-                    total += loss.item()
+                    total = total + loss.data.astype(dtypes.float64)
             totals.append(total)
-        train_total, val_total = group.allreduce_sum(totals)
+        own = backend.to_numpy(backend.xp.stack(totals)).tolist()  # one read for both
+        train_total, val_total = group.allreduce_sum(own)
         self.model.train()
         return {"train": train_total / iters, "val": val_total / iters}
 
@@ -408,7 +416,8 @@ class Trainer:
         started = time.perf_counter()
         last = {"train": None, "val": None}
         status = "finished"
-        window_start, window_iters, window_loss = time.perf_counter(), 0, 0.0
+        self._unread = []  # the steps whose loss is still on the device (_read_steps)
+        window_start, window_losses = time.perf_counter(), []
         try:
             while True:
                 lr = self.lr_at(self.iter_num)
@@ -416,6 +425,7 @@ class Trainer:
                     param_group["lr"] = lr
                 due = self.iter_num % cfg.eval.interval == 0 or self.iter_num == t.max_iters
                 if due and self.evaluated_at != self.iter_num:
+                    window_losses += self._read_steps()  # none diverged: worth evaluating
                     losses = self.evaluate()
                     for split in ("train", "val"):  # weights the last update broke
                         if not math.isfinite(losses[split]):
@@ -428,20 +438,22 @@ class Trainer:
                     window_start = time.perf_counter()  # evaluation is not training speed
                 if self.iter_num >= t.max_iters:
                     break
-                loss = self._step()
+                self._unread.append((self.iter_num, *self._step()))
                 # whether any rank got Ctrl-C (mpiexec passes it to every rank, which may be
-                # a step apart): all ranks stop after the same step
+                # a step apart): all ranks stop after the same step. A host-side sum (MPI
+                # over the CPU): it does not wait for the GPU
                 interrupted = group.allreduce_sum([float(stop.requested)])[0] > 0
                 self.iter_num += 1
-                window_iters += 1
-                window_loss += loss
                 bar.update(1)
                 if self.iter_num % t.log_interval == 0 or self.iter_num == t.max_iters:
+                    # the read waits for the window's kernels, so the clock is read after it
+                    window_losses += self._read_steps()
                     elapsed = time.perf_counter() - window_start
-                    self._log_train(window_loss / window_iters, lr, window_iters, elapsed,
-                                    bar, say)
-                    window_start, window_iters, window_loss = time.perf_counter(), 0, 0.0
+                    self._log_train(sum(window_losses) / len(window_losses), lr,
+                                    len(window_losses), elapsed, bar, say)
+                    window_start, window_losses = time.perf_counter(), []
                 if interrupted:
+                    window_losses += self._read_steps()  # no checkpoint after a NaN
                     self._save(self.last_path, self._meta())
                     # no rank leaves (and ends the job) while rank 0 is still writing
                     group.barrier("saving the checkpoint")
@@ -449,6 +461,11 @@ class Trainer:
                         f"(continue with --resume)")
                     status = "interrupted"
                     break
+        except Exception:
+            # a check deferred on the device (a token id out of range) failed before this
+            # error, and may well be its cause: it is raised first, this one as its context
+            self.backend.raise_deferred_errors()
+            raise
         finally:
             bar.close()
             stop.restore()
@@ -460,40 +477,71 @@ class Trainer:
             best_checkpoint=self.best_path if self.best_path.exists() else None,
             train_loss=last["train"], val_loss=last["val"], seconds=seconds)
 
-    def _step(self) -> float:
-        """One optimizer step; the mean loss of its micro-batches over all ranks."""
+    def _step(self) -> Tuple[Any, Any]:
+        """One optimizer step. Returns its loss summed over its micro-batches and its
+        gradient norm before clipping (None without clipping): 0-d arrays on the device,
+        not read, so that the host never waits for the step's kernels (``_read_steps``
+        reads many steps' at once)."""
         t = self.cfg.train
-        total = 0.0  # the losses summed over micro-batches and ranks
+        total = None  # this rank's losses summed over the micro-batches, in float64
         for _ in range(t.grad_accum_steps):
-            x, y = self.sampler.next_batch()  # (B, T) each
+            x, y = self.sampler.next_batch()  # (B, T) each; the next one is on its way
             with self.precision:  # bf16 products when mixed; backward needs no autocast
                 _, loss = self.model(x, y)
-            value = loss.item()
-            # the sum over ranks (one float; the value itself in one process): every rank
-            # logs the same loss, and a NaN on any rank stops them all at the same point
-            summed = self.group.allreduce_sum([value])[0]
-            if not math.isfinite(summed):
-                self._diverged(value if not math.isfinite(value) else summed)
+            value = loss.data.astype(dtypes.float64)
+            total = value if total is None else total + value
             (loss * (1.0 / t.grad_accum_steps)).backward()
-            total += summed
         self.group.allreduce_gradients(self.model.parameters())  # the mean over ranks
+        norm = None
         if t.grad_clip > 0:
-            norm = clip_grad_norm_(self.model.parameters(), t.grad_clip).item()
-            if not math.isfinite(norm):
-                self._diverged(norm, what="gradient norm")
+            norm = clip_grad_norm_(self.model.parameters(), t.grad_clip).data
         self.optimizer.step()
         self.optimizer.zero_grad()
-        return total / (t.grad_accum_steps * self.group.world_size)
+        return total, norm
 
-    def _diverged(self, value: float, what: str = "loss") -> None:
+    def _read_steps(self) -> List[float]:
+        """Read the losses and gradient norms of the steps run since the last read, in one
+        host read; stop the run (TrainingDiverged) at the first that is not finite.
+        Returns each step's mean loss over its micro-batches and all ranks, in order.
+
+        Every rank calls it at the same iterations (log points, evaluations, Ctrl-C), and
+        the values are summed over the ranks first, so every rank sees the same numbers
+        and a NaN on any rank stops them all, naming the same step."""
+        unread, self._unread = self._unread, []
+        if not unread:
+            return []
+        steps = len(unread)
+        with_norms = unread[0][2] is not None
+        values = [loss for _, loss, _ in unread]
+        if with_norms:
+            values += [norm.astype(dtypes.float64) for _, _, norm in unread]
+        own = self.backend.to_numpy(self.backend.xp.stack(values)).tolist()  # waits
+        summed = self.group.allreduce_sum(own)  # (the values themselves in one process)
+        for i, (iteration, _, _) in enumerate(unread):
+            if not math.isfinite(summed[i]):
+                self._diverged(own[i] if not math.isfinite(own[i]) else summed[i],
+                               at=iteration)
+            if with_norms and not math.isfinite(summed[steps + i]):
+                norm = own[steps + i]
+                self._diverged(norm if not math.isfinite(norm) else summed[steps + i],
+                               what="gradient norm", at=iteration)
+        t = self.cfg.train
+        return [loss / (t.grad_accum_steps * self.group.world_size) for loss in summed[:steps]]
+
+    def _diverged(self, value: float, what: str = "loss", at: Optional[int] = None) -> None:
+        """Stop the run: ``what`` became ``value`` at iteration ``at`` (the current one if
+        None). The metrics log records it; no checkpoint is written."""
+        at = self.iter_num if at is None else at
         self.optimizer.zero_grad()
-        self._write_metrics({"type": "error", "iter": self.iter_num,
-                             "error": f"{what} is {value}"})
+        self._write_metrics({"type": "error", "iter": at, "error": f"{what} is {value}"})
         where = (f"the last good checkpoint, {self.last_path}, is intact"
                  if self.last_path.exists() else "no checkpoint had been written yet")
+        read = (f" (losses are read from the device every train.log_interval iterations; "
+                f"this one was read at iteration {self.iter_num})"
+                if self.iter_num > at + 1 else "")
         raise TrainingDiverged(
-            f"the {what} became {value} at iteration {self.iter_num}: training stopped and "
-            f"{where}. Lower train.lr or raise train.warmup_iters, and check the data")
+            f"the {what} became {value} at iteration {at}: training stopped and {where}"
+            f"{read}. Lower train.lr or raise train.warmup_iters, and check the data")
 
     def _after_eval(self, losses: Dict[str, float]) -> str:
         """Log an evaluation and write the checkpoints it calls for; a note for the log."""

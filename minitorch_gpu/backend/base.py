@@ -5,14 +5,16 @@ The backend knows nothing of autograd. Ops are written once against ``backend.xp
 """
 from __future__ import annotations
 
+import contextlib
 import reprlib
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from . import dtypes
+from .transfers import DeferredChecks, HostReadCount, Upload, check_extremes
 
 DEFAULT_SEED = 67280421310721  # PyTorch's default initial seed: runs are repeatable by default
 
@@ -86,8 +88,16 @@ class Backend:
 
     xp: Any
     device: Device
+    # Whether the host sees this backend's arrays without waiting: NumPy's are host memory,
+    # so a value check runs at once and clipping can skip a multiply by 1. A GPU's are
+    # not: reading one waits for every queued kernel, so checks stay on the device until
+    # the next read and clipping always multiplies. Either way no such shortcut calls
+    # to_numpy, so host_reads counts what the GPU would wait for, on the CPU too.
+    reads_are_free: bool = False
 
     def __init__(self, seed: int = DEFAULT_SEED) -> None:
+        self.host_reads = 0  # calls of to_numpy: the device-to-host reads Python made
+        self._deferred_checks = DeferredChecks()
         self.seed(seed)
 
     def __repr__(self) -> str:
@@ -109,8 +119,73 @@ class Backend:
         """``data`` (Python numbers/lists, a NumPy or this backend's array) as an array here."""
         raise NotImplementedError
 
+    # --- reading values back (see transfers.py) ----------------------------------------
     def to_numpy(self, array: Any) -> np.ndarray:
+        """``array`` as a NumPy array: the one way values come back to the host for Python
+        to look at (``item``, ``tolist``, ``float()``, printing, checkpoints), counted in
+        ``host_reads``. On a GPU it waits for the queued work. The checks deferred on the
+        device are read along with it, and one that failed raises here."""
+        self.host_reads += 1
+        host = self._to_host(array)
+        if self._deferred_checks:
+            self._deferred_checks.read(self.xp, self._to_host, self.device)
+        return host
+
+    def _to_host(self, array: Any) -> np.ndarray:
+        """The copy to the host itself, uncounted (``to_numpy`` counts)."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def count_host_reads(self) -> Iterator[HostReadCount]:
+        """Count this backend's host reads inside the block::
+
+            with backend.count_host_reads() as reads:
+                trainer_step()
+            assert reads.count == 0  # the step never waited for the device
+        """
+        reads = HostReadCount(self)
+        try:
+            yield reads
+        finally:
+            reads.close()
+
+    def check_in_range(self, values: Any, stop: int, before: str, after: str,
+                       ignore: Optional[int] = None) -> None:
+        """ValueError ``"{before} {bad} {after}"`` if an integer of ``values`` (other
+        than ``ignore``) lies outside [0, stop): its min when negative, else its max.
+
+        Where reads are free (the CPU) it raises here. On a GPU the min and max stay on
+        the device, accumulated over the calls with the same message, and are read at the
+        next host read (``to_numpy``: a log point, an evaluation) or by
+        ``raise_deferred_errors``: a bad index is still reported, with its op, range and
+        value, but a step never waits for the check.
+        """
+        if values.size == 0:
+            return
+        if ignore is not None:  # where(), not a boolean mask: a mask's size needs a read
+            values = self.xp.where(values != ignore, values, 0)
+        low, high = values.min(), values.max()
+        if self.reads_are_free:
+            check_extremes(int(low), int(high), stop, before, after)
+        else:
+            self._deferred_checks.add(self.xp, low, high, stop, before, after)
+
+    def raise_deferred_errors(self) -> None:
+        """Read the checks still pending on the device (one counted host read; none when
+        nothing is pending) and raise the first that failed."""
+        if self._deferred_checks:
+            self.host_reads += 1
+            self._deferred_checks.read(self.xp, self._to_host, self.device)
+
+    # --- sending arrays -----------------------------------------------------------------
+    def host_to_device_async(self, arrays: Sequence[np.ndarray],
+                             dtype: Optional[np.dtype] = None) -> Upload:
+        """Copies of the host ``arrays`` (cast to ``dtype`` unless None) on this device,
+        started now; ``result()`` hands them over for the work queued after it. The
+        caller may reuse ``arrays`` at once. Here (the CPU) a plain copy; the CUDA backend
+        copies through page-locked buffers on a side stream, so that a batch crosses while
+        the step before it runs, with no host wait."""
+        return Upload([self.asarray(np.array(a, dtype=dtype, order="C")) for a in arrays])
 
     def data_ptr(self, array: Any) -> int:
         """Address of the array's first element (views of one buffer share the memory)."""

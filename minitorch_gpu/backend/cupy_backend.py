@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 from typing import Any, Optional
 
 import numpy as np
 
 from . import gemm
 from .base import Backend, Device, Timer
+from .transfers import Upload
 from .dtypes import NARROW_FLOATS, bfloat16, float16, float32
 from . import kernels as fused_kernel_module
 
@@ -110,6 +112,45 @@ class CudaTimer(Timer):
         return cupy.cuda.get_elapsed_time(self._start_event, self._end_event)
 
 
+PINNED_SLOTS = 4  # page-locked buffers per batch shape: copies that may be in flight at once
+
+
+def _event_on(stream: Any) -> Any:
+    """An event recorded on ``stream`` now (no timing: cheaper to record and wait on)."""
+    event = cupy.cuda.Event(disable_timing=True)
+    event.record(stream)
+    return event
+
+
+class _PinnedSlot:
+    """Page-locked host arrays of one upload's layout (from CuPy's pinned memory pool),
+    the event of the last copy out of them and the arrays that copy writes."""
+
+    def __init__(self, layout: tuple) -> None:
+        self.host = []
+        for shape, dtype in layout:
+            count = int(np.prod(shape))
+            memory = cupy.cuda.alloc_pinned_memory(count * dtype.itemsize)
+            self.host.append(np.frombuffer(memory, dtype, count).reshape(shape))
+        self.copied: Any = None
+        self.device: Any = None
+
+
+class _StreamUpload(Upload):
+    """Arrays a side stream is copying: ``result()`` makes the current stream wait for
+    the copy (a device-side wait: the host goes on)."""
+
+    def __init__(self, arrays: list, copied: Any, cuda_device: Any) -> None:
+        super().__init__(arrays)
+        self._copied = copied
+        self._cuda_device = cuda_device
+
+    def result(self) -> list:
+        with self._cuda_device:
+            cupy.cuda.get_current_stream().wait_event(self._copied)
+        return super().result()
+
+
 class CupyBackend(Backend):
     """Arrays on ``cuda:index``. Every call that allocates runs under that device."""
 
@@ -161,8 +202,62 @@ class CupyBackend(Backend):
             source_stream.wait_event(copied)
         return out
 
-    def to_numpy(self, array: Any) -> np.ndarray:
-        return cupy.asnumpy(array)
+    def _to_host(self, array: Any) -> np.ndarray:
+        return cupy.asnumpy(array)  # waits for the kernels queued before it
+
+    # --- batches to the device: page-locked buffers, a side stream ----------------------
+    _copy_stream: Any = None  # made at the first upload
+    _pinned_slots: Optional[dict] = None  # (shape, dtype) of each array -> deque of slots
+
+    def host_to_device_async(self, arrays: Any, dtype: Optional[np.dtype] = None) -> Upload:
+        """The host ``arrays`` written into page-locked (pinned) host buffers and copied
+        to this GPU on a side stream with ``cudaMemcpyAsync``: neither the host nor the
+        compute stream waits, and the copy runs beside the kernels already queued.
+
+        Ordering, all on the device: the destination arrays come from the memory pool of
+        the current (compute) stream, whose earlier users of that memory may still be
+        queued, so the side stream first waits for an event recorded on the compute stream
+        now; ``result()`` makes the compute stream wait for the copy's event. A pinned
+        buffer is reused once its copy is done (``PINNED_SLOTS`` per shape; past that the
+        host waits for the oldest copy, which only a host running that many batches ahead
+        of the GPU meets). The slot keeps its destination arrays until its copy is done,
+        so an upload dropped unused (the sampler's lookahead at a resume) can't hand the
+        pool memory the copy is still writing."""
+        arrays = [np.asarray(a) for a in arrays]
+        if any(a.size == 0 for a in arrays):
+            return super().host_to_device_async(arrays, dtype)
+        layout = tuple((a.shape, np.dtype(dtype if dtype is not None else a.dtype))
+                       for a in arrays)
+        with self._cuda_device:
+            compute = cupy.cuda.get_current_stream()
+            if self._copy_stream is None:
+                # non-blocking: no implicit ordering with the legacy default stream
+                self._copy_stream = cupy.cuda.Stream(non_blocking=True)
+            slot = self._pinned_slot(layout)
+            for host, array in zip(slot.host, arrays):
+                host[...] = array  # the cast, straight into page-locked memory
+            device = [cupy.empty(host.shape, dtype=host.dtype) for host in slot.host]
+            self._copy_stream.wait_event(_event_on(compute))
+            for target, host in zip(device, slot.host):
+                target.set(host, stream=self._copy_stream)  # cudaMemcpyAsync
+            slot.copied, slot.device = _event_on(self._copy_stream), device
+        return _StreamUpload(device, slot.copied, self._cuda_device)
+
+    def _pinned_slot(self, layout: tuple) -> "_PinnedSlot":
+        """A slot of page-locked buffers for ``layout`` whose last copy is done."""
+        if self._pinned_slots is None:
+            self._pinned_slots = {}
+        slots = self._pinned_slots.setdefault(layout, collections.deque())
+        if slots and (slots[0].copied is None or slots[0].copied.done
+                      or len(slots) >= PINNED_SLOTS):
+            slot = slots.popleft()
+            if slot.copied is not None and not slot.copied.done:
+                slot.copied.synchronize()  # only with PINNED_SLOTS copies still queued
+        else:
+            slot = _PinnedSlot(layout)
+        slot.copied = slot.device = None
+        slots.append(slot)
+        return slot
 
     def data_ptr(self, array: Any) -> int:
         return array.data.ptr

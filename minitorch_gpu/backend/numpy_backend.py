@@ -19,6 +19,7 @@ class NumpyBackend(Backend):
     xp = np
     device = Device("cpu")
     rng_kind = "numpy"
+    reads_are_free = True  # the arrays are host memory: checks run at once (base.py)
     _RNG_KEYS = frozenset({"kind", "bit_generator", "state", "inc", "has_uint32", "uinteger"})
 
     def prepare_backward(self) -> None:
@@ -28,11 +29,12 @@ class NumpyBackend(Backend):
         cache_freed_memory()
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> np.ndarray:
-        if hasattr(data, "__cuda_array_interface__"):  # a CuPy array
-            data = data.get()
+        if hasattr(data, "__cuda_array_interface__"):  # a CuPy array: a read from its GPU
+            from . import backend_of_array
+            data = backend_of_array(data).to_numpy(data)
         return np.asarray(data, dtype=dtype)
 
-    def to_numpy(self, array: np.ndarray) -> np.ndarray:
+    def _to_host(self, array: np.ndarray) -> np.ndarray:
         return array
 
     def data_ptr(self, array: np.ndarray) -> int:

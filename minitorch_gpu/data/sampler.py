@@ -3,18 +3,32 @@
 >>> sampler = BatchSampler(data.train_tokens(), block_size=64, batch_size=12, seed=1337)
 >>> x, y = sampler.next_batch()  # int64 Tensors (12, 64); y[:, t] is the token after x[:, t]
 >>> state = sampler.state_dict()  # JSON-safe; load_state_dict(state) resumes the same draws
+
+The sampler runs one batch ahead: ``next_batch`` draws the batch after the one it returns
+and starts its copy to the device (``Backend.host_to_device_async``: on a GPU through
+page-locked memory on a side stream, so it crosses while the step runs). The draws are
+those of a sampler without the lookahead, and ``state_dict`` is the state before the batch
+drawn ahead, so a resumed run draws that batch again: the stream of batches is the same.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from ..creation import tensor
+from ..backend import get_backend
+from ..backend.transfers import Upload
 from ..tensor import Tensor
 
 __all__ = ["BatchSampler"]
+
+
+class _Drawn(NamedTuple):
+    """A batch drawn ahead: the generator's state before it, and its upload."""
+
+    rng_state: Dict[str, Any]
+    upload: Upload
 
 
 class BatchSampler:
@@ -45,22 +59,35 @@ class BatchSampler:
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.device = device
+        self._backend = get_backend(device)
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self._window = np.arange(self.block_size + 1)  # (T+1,)
+        self._ahead: Optional[_Drawn] = None  # the next batch, drawn and on its way
 
     def next_batch(self) -> Tuple[Tensor, Tensor]:
         """``(x, y)``: int64 Tensors of shape (batch_size, block_size) on ``device``, with
         ``y[:, t] == tokens[offset + t + 1]`` the target of ``x[:, t]``."""
+        current = self._ahead if self._ahead is not None else self._draw()
+        self._ahead = self._draw()  # copies to the device while this batch is used
+        x, y = current.upload.result()
+        return Tensor._make(x, self._backend, False), Tensor._make(y, self._backend, False)
+
+    def _draw(self) -> _Drawn:
+        """Draw a batch's offsets and start its copy to the device."""
+        rng_state = self._rng.bit_generator.state  # a new dict: where this batch starts
         # offsets in [0, len - block_size - 1], so the last target is at most tokens[-1]
         ix = self._rng.integers(0, len(self.tokens) - self.block_size, size=self.batch_size)
-        rows = np.asarray(self.tokens[ix[:, None] + self._window], dtype=np.int64)  # (B, T+1)
-        x = np.ascontiguousarray(rows[:, :-1])  # (B, T)
-        y = np.ascontiguousarray(rows[:, 1:])  # (B, T)
-        return tensor(x, device=self.device), tensor(y, device=self.device)
+        rows = self.tokens[ix[:, None] + self._window]  # (B, T+1), the tokens' dtype
+        # x (B, T) and y (B, T), the targets: x shifted by one, as int64
+        upload = self._backend.host_to_device_async((rows[:, :-1], rows[:, 1:]), np.int64)
+        return _Drawn(rng_state, upload)
 
     def state_dict(self) -> Dict[str, Any]:
-        """The random stream's position (JSON-serialisable)."""
-        return {"seed": self.seed, "bit_generator": copy.deepcopy(self._rng.bit_generator.state)}
+        """The random stream's position (JSON-serialisable): before the batch drawn ahead,
+        so that a sampler loading it draws that batch next, as this one returns it."""
+        state = self._ahead.rng_state if self._ahead is not None else \
+            self._rng.bit_generator.state
+        return {"seed": self.seed, "bit_generator": copy.deepcopy(state)}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state`` (from ``state_dict``): the next batches are those an
@@ -75,6 +102,7 @@ class BatchSampler:
                              f"bit generator {name!r}")
         self._rng.bit_generator.state = copy.deepcopy(generator)
         self.seed = int(state.get("seed", self.seed))
+        self._ahead = None  # drawn from the old position: drawn again from the new one
 
     def __repr__(self) -> str:
         return (f"BatchSampler({len(self.tokens):,} tokens, block_size={self.block_size}, "

@@ -34,10 +34,9 @@ def embedding(indices: Tensor, weight: Tensor) -> Tensor:
         raise ValueError(f"embedding: weight must be 2-D (num_embeddings, dim), got shape "
                          f"{tuple(weight.shape)}")
     vocab = weight.shape[0]
-    if indices.data.size:
-        low, high = int(indices.data.min()), int(indices.data.max())
-        if low < 0 or high >= vocab:
-            bad = low if low < 0 else high
-            raise ValueError(f"embedding: index {bad} is out of range for {vocab} embeddings "
-                             f"(expected 0 <= index < {vocab})")
+    # at once on the CPU; on a GPU checked on the device and read at the next host read
+    # (a log point), so the lookup never waits for it (Backend.check_in_range)
+    indices._backend.check_in_range(indices.data, vocab, "embedding: index",
+                                    f"is out of range for {vocab} embeddings "
+                                    f"(expected 0 <= index < {vocab})")
     return Embedding.apply(indices, weight)

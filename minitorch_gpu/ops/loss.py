@@ -4,6 +4,11 @@ Forward keeps the softmax probabilities; backward is ``(p - onehot) * scale`` wr
 one pass over them. The full log-probability matrix is never materialised. On a CUDA
 backend, float32 logits go to the fused kernel (backend/kernels/cross_entropy.cu), which
 keeps only each row's log-sum-exp and recomputes the probabilities in backward.
+
+Nothing here reads a value back to the host, so a training step never waits for the GPU
+here: the number of targets that count (not ``ignore_index``) stays a device array, the
+mean divides by it clamped to 1 (nan when there is none, as PyTorch), and the targets'
+range check is the backend's (``check_in_range``: at once on the CPU, deferred on a GPU).
 """
 from __future__ import annotations
 
@@ -44,14 +49,17 @@ class CrossEntropy(Function):
             nll = xp.where(valid, nll, 0)
             z /= total[:, None]  # probabilities, kept for backward
             ctx.save_for_backward(z, safe_target, valid)
-        count = int(valid.sum())
-        ctx.reduction, ctx.count, ctx.smoothing = reduction, count, label_smoothing
+        ctx.reduction, ctx.smoothing = reduction, label_smoothing
         ctx.logits_dtype = logits.dtype
         if reduction == "none":
             return nll.astype(logits.dtype, copy=False)
         loss = nll.sum()
         if reduction == "mean":
-            loss = loss / count if count else loss * xp.nan  # no valid target: nan (PyTorch)
+            count = valid.sum()  # a device array: the targets that count
+            # the mean's divisor, max(count, 1), for backward too (a Python int before
+            # the division by it would be a read of count, a wait for the GPU)
+            ctx.divisor = xp.maximum(count, 1).astype(nll.dtype)
+            loss = xp.where(count > 0, loss / ctx.divisor, xp.nan)  # none counts: nan (PyTorch)
         return xp.asarray(loss, dtype=logits.dtype)
 
     @staticmethod
@@ -60,7 +68,7 @@ class CrossEntropy(Function):
         if ctx.kernels is not None:
             logits, target, lse = ctx.saved_tensors
             # dL/d(each row's loss); the kernel zeroes ignored rows itself
-            row_grad = grad / max(ctx.count, 1) if ctx.reduction == "mean" else grad
+            row_grad = grad / ctx.divisor if ctx.reduction == "mean" else grad
             grad_logits = ctx.kernels.cross_entropy_backward(
                 logits, target, lse, row_grad, ctx.ignore_index, ctx.smoothing)
             return grad_logits, None, None, None, None
@@ -73,7 +81,7 @@ class CrossEntropy(Function):
         if ctx.reduction == "none":
             scale = grad * valid
         elif ctx.reduction == "mean":
-            scale = valid * (grad / max(ctx.count, 1))
+            scale = valid * (grad / ctx.divisor)
         else:
             scale = valid * grad
         grad_logits *= scale[:, None] if scale.ndim else scale
@@ -111,13 +119,10 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,  # no
     classes = input.shape[0] if input.ndim == 1 else input.shape[1]
     xp = input._backend.xp
     ids = target.data
-    if ids.size:
-        used = ids[ids != ignore_index]
-        if used.size and (int(used.min()) < 0 or int(used.max()) >= classes):
-            bad = int(used.min()) if int(used.min()) < 0 else int(used.max())
-            raise ValueError(f"cross_entropy: target id {bad} is out of range for {classes} "
-                             f"classes (expected 0 <= id < {classes} or ignore_index "
-                             f"{ignore_index})")
+    target._backend.check_in_range(ids, classes, "cross_entropy: target id",
+                                   f"is out of range for {classes} classes (expected 0 <= "
+                                   f"id < {classes} or ignore_index {ignore_index})",
+                                   ignore=ignore_index)
     # bring classes to the last dim and flatten everything else: (M, C)
     logits = input
     if input.ndim == 1:
