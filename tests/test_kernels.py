@@ -584,6 +584,15 @@ def test_cross_entropy_twin_matches_the_op(case: tuple, dtype: type) -> None:
     assert not grad[targets == ignore_index].any() and not loss[targets == ignore_index].any()
 
 
+def test_cross_entropy_twin_gives_nan_for_a_target_outside_the_row() -> None:
+    """On a GPU the op's range check is read later: until then the kernel must not read
+    outside the row, and the loss says something is wrong."""
+    logits = np.zeros((3, 10), np.float32)
+    loss, _ = reference.cross_entropy_forward(logits, np.array([2, 10, -7]), ignore_index=-100)
+    assert loss[0] == pytest.approx(math.log(10)) and np.isnan(loss[1:]).all()
+    assert "target < 0 || target >= C" in source("cross_entropy.cu")
+
+
 def test_cross_entropy_twin_with_minus_inf_logits() -> None:
     """-inf logits (a masked vocabulary) merge as zero terms: no nan."""
     logits, targets, dloss = cross_entropy_inputs(4, 600, -100, np.float32)

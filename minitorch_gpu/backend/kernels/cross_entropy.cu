@@ -80,7 +80,11 @@ cross_entropy_forward(const float* __restrict__ logits, const long long* __restr
     const float row_lse = m + logf(s);
     const long long target = targets[row];
     float row_loss = 0.0f;
-    if (target != ignore_index) {
+    if (target != ignore_index && (target < 0 || target >= C)) {
+        // never read outside the row: the loss is NaN, and the op's range check (read at
+        // the next log point) names the target
+        row_loss = __int_as_float(0x7fc00000);
+    } else if (target != ignore_index) {
         row_loss = (1.0f - label_smoothing) * (row_lse - z[target]);
         if (label_smoothing != 0.0f) row_loss += label_smoothing * (row_lse - z_sum / C);
     }

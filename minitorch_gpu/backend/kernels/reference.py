@@ -230,11 +230,13 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, ignore_index:
     m, s, z_sum = _shuffle_down_tree(m, s, z_sum)
     lse = m + np.log(s)
     valid = targets != ignore_index
-    picked = logits[np.arange(M), np.where(valid, targets, 0)]
+    outside = valid & ((targets < 0) | (targets >= C))  # the kernel's NaN, no read
+    picked = logits[np.arange(M), np.where(valid & ~outside, targets, 0)]
     ls = dtype.type(label_smoothing)
     loss = (1 - ls) * (lse - picked)
     if label_smoothing != 0.0:
         loss = loss + ls * (lse - z_sum / dtype.type(C))
+    loss = np.where(outside, dtype.type(np.nan), loss)
     return np.where(valid, loss, 0).astype(dtype), lse
 
 
