@@ -915,6 +915,16 @@ def test_unsupported_cases_fall_back_on_the_gpu() -> None:
 
 
 # --- attention on tensor cores: cuBLAS products around attention_softmax.cu ----------------
+def test_attention_softmax_takes_no_values_that_widen_the_batch() -> None:
+    """P is saved with the scores' batch (q's and k's); values with more batch dims would
+    make backward's dA = dO V^T larger than P, which the backward launcher refuses."""
+    q, k = np.zeros((1, 5, 8), np.float32), np.zeros((1, 6, 8), np.float32)
+    assert kernels.supports_attention_softmax(q, k, np.zeros((1, 6, 8), np.float32), None)
+    assert kernels.supports_attention_softmax(q, k, np.zeros((6, 8), np.float32), None)
+    assert not kernels.supports_attention_softmax(q, k, np.zeros((3, 6, 8), np.float32),
+                                                  None)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["float32", "bf16"])
 @pytest.mark.parametrize("dropout_p", [0.0, 0.2])
 @pytest.mark.parametrize("causal", [True, False])

@@ -397,12 +397,17 @@ _PROB_TYPES = (_FLOAT32, _BFLOAT16)  # PROB_BF16 = 0, 1
 
 def supports_attention_softmax(q: Any, k: Any, v: Any, mask: Optional[Any]) -> bool:
     """float32 or bf16 q, k, v of one dtype, at least 2-D, no attn_mask (causal or not,
-    dropout or not), at most 2^31 - 1 rows of scores (one block each) of < 2^31 keys."""
+    dropout or not), v's batch dims no wider than the scores' (q's and k's broadcast), at
+    most 2^31 - 1 rows of scores (one block each) of < 2^31 keys."""
     if mask is not None or not q.dtype == k.dtype == v.dtype or q.dtype not in _PROB_TYPES:
         return False
     if min(q.ndim, k.ndim, v.ndim) < 2 or q.size == 0 or k.size == 0:
         return False
-    rows = math.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) * q.shape[-2]
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    # v may not widen the batch: backward's dA = dO V^T would then outgrow the saved P
+    if np.broadcast_shapes(batch, v.shape[:-2]) != batch:
+        return False
+    rows = math.prod(batch) * q.shape[-2]
     return rows <= 2 ** 31 - 1 and k.shape[-2] <= 2 ** 31 - 1
 
 
