@@ -184,6 +184,8 @@ class FakeCublas:
         scalar = lambda address: at_address(address, np.dtype(np.float32), 1, 1, 1)[0, 0]
         assert (scalar(alpha), scalar(beta)) == (1.0, 0.0)
         assert Atype == Btype and lda >= 1 and ldb >= 1 and ldc >= max(1, m)
+        # CUBLAS_COMPUTE_32F writes C in float32 or in A's and B's type, nothing else
+        assert Ctype in (0, Atype), (Atype, Ctype)
         self.calls.append((name, batch))
         ta, tb, tc = CUDA_DTYPES[Atype], CUDA_DTYPES[Btype], CUDA_DTYPES[Ctype]
         a_rows, a_cols = (m, k) if transa == OP_N else (k, m)
@@ -251,3 +253,7 @@ def test_the_cuda_backend_on_gpt_head_views_and_into_a_strided_out(fake_gpu):
     shared = bf16(1, nh, hs, T)  # broadcast over the batch in one dim only: copied
     np.testing.assert_allclose(gemm(q, shared), exact(q, shared), rtol=1e-6)
     assert gemm(bf16(2, 0), bf16(0, 3)).tolist() == [[0.0] * 3] * 2  # k = 0: zeros
+    # an fp16 out for bf16 operands, which cuBLAS can't write: float32, then rounded
+    half = np.zeros((B, nh, T, hs), np.float16).view(DeviceArray)
+    gemm(probs, v, out=half)
+    np.testing.assert_allclose(half, exact(probs, v), rtol=1e-3)

@@ -298,7 +298,8 @@ class CupyBackend(Backend):
         (M, K), N = a2.shape[-2:], b2.shape[-1]
         shape = batch + (M, N)
         result_shape = batch + ((M,) if a.ndim > 1 else ()) + ((N,) if b.ndim > 1 else ())
-        direct = (out is not None and out.dtype in _CUDA_DATA_TYPES and a.ndim > 1
+        # cuBLAS writes C in float32 or the operands' own dtype (bf16 -> fp16 is refused)
+        direct = (out is not None and out.dtype in (float32, a.dtype) and a.ndim > 1
                   and b.ndim > 1 and out.shape == shape and gemm.expressible(
                       out.shape, _element_strides(out)))
         with self._cuda_device:
