@@ -34,6 +34,8 @@ def run_plan(plan: GemmPlan, operands: dict, c: tuple) -> None:
     cbuf, coff = c
     a_rows, a_cols = (plan.m, plan.k) if plan.transa == OP_N else (plan.k, plan.m)
     b_rows, b_cols = (plan.k, plan.n) if plan.transb == OP_N else (plan.n, plan.k)
+    assert plan.lda >= max(1, a_rows) and plan.ldb >= max(1, b_rows)  # else cuBLAS refuses
+    assert plan.ldc >= max(1, plan.m)
     for i in range(plan.batch):
         A = column_major(abuf, aoff + i * plan.stride_a, a_rows, a_cols, plan.lda)
         B = column_major(bbuf, boff + i * plan.stride_b, b_rows, b_cols, plan.ldb)
@@ -190,6 +192,8 @@ class FakeCublas:
         ta, tb, tc = CUDA_DTYPES[Atype], CUDA_DTYPES[Btype], CUDA_DTYPES[Ctype]
         a_rows, a_cols = (m, k) if transa == OP_N else (k, m)
         b_rows, b_cols = (k, n) if transb == OP_N else (n, k)
+        # cuBLAS's CUBLAS_STATUS_INVALID_VALUE: a leading dim below the stored rows
+        assert lda >= max(1, a_rows) and ldb >= max(1, b_rows), (lda, a_rows, ldb, b_rows)
         for i in range(batch):
             opA = at_address(A + i * stride_a * ta.itemsize, ta, a_rows, a_cols, lda)
             opB = at_address(B + i * stride_b * tb.itemsize, tb, b_rows, b_cols, ldb)
