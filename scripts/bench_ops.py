@@ -60,6 +60,7 @@ def main() -> None:
         "softmax": (lambda: F.softmax(ours("q") @ ours("q").mT, dim=-1)),
         "cross_entropy": (lambda: F.cross_entropy(ours("logits"), ours("targets", grad=False))),
         "embedding": (lambda: F.embedding(ours("idx", grad=False), ours("wte"))),
+        "cast fp32->bf16": (lambda: ours("h").to(mt.bfloat16)),
     }
 
     def run_ours(make):
@@ -85,6 +86,7 @@ def main() -> None:
             "softmax": lambda: torch.softmax(theirs("q") @ theirs("q").mT, dim=-1),
             "cross_entropy": lambda: TF.cross_entropy(theirs("logits"), theirs("targets", grad=False)),
             "embedding": lambda: TF.embedding(theirs("idx", grad=False), theirs("wte")),
+            "cast fp32->bf16": lambda: theirs("h").to(torch.bfloat16),
         }
     except ImportError:
         torch = None
