@@ -197,6 +197,9 @@ def stdlib_chars(run: Run) -> int:
 
 
 def train_command(run: Run) -> Command:
+    # built just before the step runs: a rerun's figure must not read the metrics an
+    # earlier run left there (append_metrics) when this one fails before writing its own
+    shutil.rmtree(run.work / "checkpoints", ignore_errors=True)
     corpus, _ = train_corpus(stdlib_chars(run))
     sets = corpus + [f"checkpoint.dir={run.work / 'checkpoints'}"]
     if run.dry:
