@@ -74,9 +74,15 @@ RACECHECK_SELECTION = ("flash_attention_kernel_on_gpt_head_views or "
                        "cross_entropy_kernel_matches_its_twin or "
                        "(layer_norm_kernel and both and shape0) or "
                        "(attention_softmax_kernel_matches_its_twin and bf16 and shape0)")
-# memcheck slows a kernel down ~100x: the long-sequence and many-problem cases are left to
-# the tests step
-MEMCHECK_SELECTION = "not long_sequence and not past_65535"
+# memcheck slows a kernel down ~100x: one or a few cases per kernel (every .cu file, both
+# probability types of the attention softmax, bf16 flash on head views, a cuBLAS call on
+# them), the rest left to the tests step
+MEMCHECK_SELECTION = ("(layer_norm_kernel and both and shape0) or (gelu_kernel and shape1) or "
+                      "cross_entropy_kernel_matches_its_twin or adamw_kernel or "
+                      "flash_attention_kernel_on_gpt_head_views or "
+                      "(reads_gpt_heads_as_stored and bf16) or "
+                      "(attention_softmax_kernel_matches_its_twin and shape0) or "
+                      "(bf16_products_through_cublas and heads)")
 # under compute-sanitizer, CuPy's memory pool is turned off first: memcheck only sees
 # accesses outside whole allocations, and a pool makes one allocation of many arrays
 POOL_OFF_PYTEST = ("import sys\n"

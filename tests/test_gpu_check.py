@@ -163,3 +163,19 @@ def test_gpu_is_usable() -> None:
     """The dry run's pytest stand-in (skipped on the CPU); on a GPU, a sum on it."""
     x = mt.ones((4, 5), device="cuda")
     assert float(x.sum().item()) == 20.0
+
+
+def test_sanitizer_selections_name_existing_cuda_tests() -> None:
+    """memcheck and racecheck run chosen kernel tests by name: every term of their -k
+    expressions (a name, or a parenthesised 'and' of names) must still pick a cuda test of
+    tests/test_kernels.py, or a rename would leave a kernel unchecked without a word."""
+    check = load_script()
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda",
+                           "-p", "no:cacheprovider", "tests/test_kernels.py"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    ids = [line.split("::", 1)[1] for line in done.stdout.splitlines() if "::" in line]
+    assert len(ids) > 50, done.stdout[-2000:]
+    for selection in (check.MEMCHECK_SELECTION, check.RACECHECK_SELECTION):
+        for term in selection.split(" or "):
+            words = [w for w in term.strip("() ").split(" and ")]
+            assert any(all(w in test_id for w in words) for test_id in ids), term
