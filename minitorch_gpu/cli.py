@@ -1,10 +1,11 @@
-"""``minitorch-gpu``: train, prepare data, generate text, profile the layers.
+"""``minitorch-gpu``: train, prepare data, generate text, profile the layers, draw runs.
 
     minitorch-gpu train configs/quickstart.yaml [--set train.lr=3e-4] [--resume]
     minitorch-gpu prepare configs/quickstart.yaml [--force]
     minitorch-gpu generate checkpoints/quickstart --prompt "def " --max-new-tokens 200
     minitorch-gpu profile configs/shakespeare_char.yaml --set model.vocab_size=65 [--backward]
     minitorch-gpu bench [--case baby small] [--threads 2] [--vs-torch] [--quick]
+    minitorch-gpu plot checkpoints/quickstart [checkpoints/other ...] [--out runs.png]
 
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
 2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving), 141 the
@@ -142,6 +143,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "torch's in turn) and report medians (default 1)")
     bench.add_argument("--quick", action="store_true",
                        help="a handful of steps and tokens: checks that it runs, not speed")
+
+    plot = sub.add_parser("plot", help="draw runs' metrics as one picture",
+                          description="Draw train and val loss against iterations, tokens "
+                                      "seen and training time, the learning rate, tokens/s "
+                                      "and MFU of one or more runs from their metrics.jsonl, "
+                                      "overlaid and named by their directories (needs "
+                                      "matplotlib: the plot extra).")
+    plot.add_argument("runs", nargs="+", metavar="RUN",
+                      help="a run directory (checkpoint.dir/run_name)")
+    plot.add_argument("--out", metavar="FILE.png",
+                      help="the picture to write (default: RUN/metrics.png for one run, "
+                           "metrics.png in the current directory for several)")
     return parser
 
 
@@ -407,6 +420,28 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from .plot_runs import PLOT_HINT, MetricsError, default_output, plot_runs, read_runs
+    try:
+        import matplotlib  # noqa: F401 - before the runs are read
+    except ImportError:
+        return _error("plot", PLOT_HINT)
+    try:
+        runs = read_runs(args.runs)
+    except MetricsError as exc:
+        return _error("plot", str(exc))
+    try:
+        path = plot_runs(runs, args.out or default_output(args.runs))
+    except ValueError as exc:  # a suffix matplotlib has no writer for
+        return _error("plot", f"--out: {str(exc).splitlines()[0]}")
+    except OSError as exc:
+        print(f"minitorch-gpu plot: cannot write {exc.filename}: {exc.strerror}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {path}")
+    return 0
+
+
 def _weights_dtype(cfg) -> Any:
     """The weights' dtype, as the trainer keeps them: float32 for bf16 mixed precision."""
     from .trainer import DTYPES
@@ -416,7 +451,7 @@ def _weights_dtype(cfg) -> Any:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     command = {"train": _train, "prepare": _prepare, "generate": _generate,
-               "profile": _profile, "bench": _bench}[args.command]
+               "profile": _profile, "bench": _bench, "plot": _plot}[args.command]
     try:
         return command(args)
     except BrokenPipeError:  # stdout's reader went away (`... | head`): stop, quietly

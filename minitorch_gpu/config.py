@@ -1,6 +1,6 @@
 """Run configuration: YAML loaded into typed dataclasses, with overrides and validation.
 
-A config file has six sections, each a dataclass below, every field commented::
+A config file has seven sections, each a dataclass below, every field commented::
 
     model:      {n_layer: 4, n_head: 4, n_embd: 128, block_size: 64}
     data:       {source: tinyshakespeare, tokenizer: char}
@@ -8,6 +8,7 @@ A config file has six sections, each a dataclass below, every field commented::
     eval:       {interval: 250, iters: 20}
     checkpoint: {dir: checkpoints}
     system:     {device: cpu, dtype: float32, seed: 1337}
+    logging:    {tensorboard: false}
 
 Keys follow nanoGPT where it has one (``train.lr``, ``train.grad_accum_steps``,
 ``eval.interval``...). Unknown keys are errors that suggest the nearest valid key; values
@@ -30,8 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import yaml
 
 __all__ = ["Config", "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "EvalConfig",
-           "CheckpointConfig", "SystemConfig", "load_config", "config_from_dict",
-           "apply_overrides", "parse_yaml_value", "config_to_yaml"]
+           "CheckpointConfig", "SystemConfig", "LoggingConfig", "load_config",
+           "config_from_dict", "apply_overrides", "parse_yaml_value", "config_to_yaml"]
 
 
 class ConfigError(ValueError):
@@ -126,6 +127,15 @@ class SystemConfig:
 
 
 @dataclass
+class LoggingConfig:
+    """What a run writes about itself besides metrics.jsonl (which it always writes)."""
+
+    # also write the metrics as TensorBoard event files into run_dir/tensorboard/ (rank 0;
+    # needs the tensorboard extra: pip install -e '.[tensorboard]')
+    tensorboard: bool = False
+
+
+@dataclass
 class Config:
     """A whole run: one dataclass per YAML section."""
 
@@ -135,13 +145,15 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 SECTIONS: Dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
-            "eval": EvalConfig, "checkpoint": CheckpointConfig, "system": SystemConfig}
+            "eval": EvalConfig, "checkpoint": CheckpointConfig, "system": SystemConfig,
+            "logging": LoggingConfig}
 
 CHOICES = {
     ("data", "source"): ("text_files", "python_stdlib", "tinyshakespeare", "hf_dataset"),

@@ -13,6 +13,7 @@ A run directory, ``checkpoint.dir/run_name/``, holds::
     metrics.jsonl    one JSON object per logged step ("train") and per evaluation ("eval")
     last.ckpt        the latest state: model, optimizer, iteration, RNG and sampler states
     best.ckpt        the state with the lowest validation loss so far
+    tensorboard/     with logging.tensorboard: metrics.jsonl's numbers as TensorBoard events
 
 Checkpoint writes are atomic (see ``checkpoint.py``). A resumed run restores every random
 stream, so with the same seed it reproduces the loss curve of an uninterrupted run.
@@ -60,6 +61,7 @@ from .distributed import rank_seed
 from .machine import matmul_peak_flops, set_num_threads
 from .nn import GPT, GPTConfig
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
+from .tensorboard_log import TENSORBOARD_HINT, TensorBoardLog, tensorboard_available
 
 __all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "run_directory"]
 
@@ -144,6 +146,8 @@ class Trainer:
         self.last_path = self.run_dir / "last.ckpt"
         self.best_path = self.run_dir / "best.ckpt"
         self.metrics_path = self.run_dir / "metrics.jsonl"
+        # rank 0's mirror of metrics.jsonl in TensorBoard, with logging.tensorboard (fit)
+        self.tensorboard: Optional[TensorBoardLog] = None
 
     # --- set-up -------------------------------------------------------------------------
     def _dtype(self) -> Any:
@@ -377,6 +381,8 @@ class Trainer:
             return
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:  # logging.tensorboard: the same record, as events
+            self.tensorboard.write(record)
 
     # --- the loop -----------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -385,6 +391,8 @@ class Trainer:
         second Ctrl-C quits at once, leaving the checkpoints as they were); a NaN or
         infinite loss raises TrainingDiverged and writes nothing more."""
         cfg, t = self.cfg, self.cfg.train
+        if cfg.logging.tensorboard and not tensorboard_available():
+            raise TrainingError(TENSORBOARD_HINT)  # before minutes of data preparation
         self._build()
         group = self.group  # the ranks (optimizer groups are param_groups)
         if group.is_main:  # the others read the run directory only once rank 0 checked it
@@ -399,6 +407,12 @@ class Trainer:
         if group.is_main:
             _write_text_atomic(self.run_dir / "config.yaml", config_to_yaml(cfg))
             _write_text_atomic(self.run_dir / "tokenizer.json", self.tokenizer_json)
+            if cfg.logging.tensorboard:
+                try:
+                    self.tensorboard = TensorBoardLog(self.run_dir / "tensorboard",
+                                                      self.iter_num if t.resume else None)
+                except RuntimeError as exc:  # installed, yet it does not import
+                    raise TrainingError(str(exc)) from None
         self.log(f"model: GPT with {self.model.num_params():,} parameters (n_layer "
                  f"{cfg.model.n_layer}, n_head {cfg.model.n_head}, n_embd {cfg.model.n_embd}, "
                  f"block_size {cfg.model.block_size}, vocab {self.model_config.vocab_size}), "
@@ -469,6 +483,8 @@ class Trainer:
         finally:
             bar.close()
             stop.restore()
+            if self.tensorboard is not None:
+                self.tensorboard.close()
         seconds = time.perf_counter() - started
         return TrainResult(
             run_dir=self.run_dir, iterations=self.iter_num, status=status,
