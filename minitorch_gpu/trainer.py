@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from . import backend as backend_module
 from . import distributed
 from .atomic import atomic_write
@@ -56,7 +58,7 @@ from .backend import dtypes, get_backend, manual_seed
 from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
                          save_checkpoint)
 from .config import Config, ModelConfig, config_to_yaml
-from .data import BatchSampler, prepare
+from .data import BatchSampler, describe_source, prepare
 from .distributed import rank_seed
 from .machine import matmul_peak_flops, set_num_threads
 from .nn import GPT, GPTConfig
@@ -89,6 +91,14 @@ class TrainResult:
     train_loss: Optional[float]  # of the last evaluation
     val_loss: Optional[float]
     seconds: float
+
+
+# NumPy's warnings on the overflow, 0/0 and inf - inf of a diverging step are off in the
+# step and in evaluation: the loop checks every loss and gradient norm itself and stops with
+# one line naming the iteration (``_read_steps``, ``_diverged``), where NumPy would echo
+# source lines of the ops first. Scoped (np.errstate), not a warnings filter: elsewhere
+# NumPy still warns.
+QUIET_FLOATS = {"over": "ignore", "invalid": "ignore", "divide": "ignore"}
 
 
 def print_now(message: str) -> None:
@@ -204,8 +214,10 @@ class Trainer:
         for split, tokens in (("train", train_tokens), ("val", val_tokens)):
             if len(tokens) < T + 1:
                 raise TrainingError(
-                    f"the {split} split has {len(tokens)} tokens, fewer than model.block_size "
-                    f"+ 1 = {T + 1}: use a larger corpus or a smaller model.block_size")
+                    f"data: the corpus is too short for one window: "
+                    f"{describe_source(cfg.data)}: the {split} split has {len(tokens)} "
+                    f"tokens, fewer than model.block_size + 1 = {T + 1}: use a larger corpus "
+                    f"or a smaller model.block_size")
         self.sampler = BatchSampler(train_tokens, T, t.batch_size, rank_seed(seed, group.rank),
                                     self.device)
         # every evaluation scores the same batches (a fresh sampler of a fixed seed), so
@@ -337,6 +349,7 @@ class Trainer:
 
     # --- measuring ----------------------------------------------------------------------
     @no_grad()
+    @np.errstate(**QUIET_FLOATS)
     def evaluate(self) -> Dict[str, float]:
         """Mean loss over ``eval.iters`` batches of the train and val splits (the same
         batches at every evaluation). With several ranks each scores its share of those
@@ -493,6 +506,7 @@ class Trainer:
             best_checkpoint=self.best_path if self.best_path.exists() else None,
             train_loss=last["train"], val_loss=last["val"], seconds=seconds)
 
+    @np.errstate(**QUIET_FLOATS)
     def _step(self) -> Tuple[Any, Any]:
         """One optimizer step. Returns its loss summed over its micro-batches and its
         gradient norm before clipping (None without clipping): 0-d arrays on the device,

@@ -9,6 +9,7 @@ hundreds of thousands of elements; below that, handing work to a thread costs mo
 """
 from __future__ import annotations
 
+import contextvars
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
@@ -52,7 +53,10 @@ def run_split(fn: Callable[[Any], None], pieces: Sequence[Any]) -> None:
         return
     if _pool is None:
         _pool = ThreadPoolExecutor(cpu_threads() - 1, thread_name_prefix="minitorch-gpu")
-    futures = [_pool.submit(fn, piece) for piece in pieces[:-1]]
+    # each piece runs in a copy of the caller's context: NumPy keeps np.errstate there, so
+    # the workers ignore or raise on floating-point errors as the caller asked
+    futures = [_pool.submit(contextvars.copy_context().run, fn, piece)
+               for piece in pieces[:-1]]
     fn(pieces[-1])
     for future in futures:
         future.result()

@@ -6,12 +6,13 @@
 >>> sampler = BatchSampler(data.train_tokens(), block_size=64, batch_size=12, seed=1337)
 >>> x, y = sampler.next_batch()  # int64 Tensors (12, 64)
 """
-from .sources import cache_root, load_text, source_fingerprint
+from .sources import cache_root, describe_source, load_text, source_fingerprint
 from .tokenizer import (BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer, load_tokenizer,
                         tokenizer_from_json)
 from .prepare import PreparedData, prepare, prepared_dir, token_dtype
 from .sampler import BatchSampler
 
-__all__ = ["cache_root", "load_text", "source_fingerprint", "Tokenizer", "CharTokenizer",
-           "BPETokenizer", "tokenizer_from_json", "load_tokenizer", "build_tokenizer",
-           "PreparedData", "prepare", "prepared_dir", "token_dtype", "BatchSampler"]
+__all__ = ["cache_root", "describe_source", "load_text", "source_fingerprint", "Tokenizer",
+           "CharTokenizer", "BPETokenizer", "tokenizer_from_json", "load_tokenizer",
+           "build_tokenizer", "PreparedData", "prepare", "prepared_dir", "token_dtype",
+           "BatchSampler"]

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 
 from ..config import DataConfig
-from .sources import cache_root, load_text, source_fingerprint
+from .sources import cache_root, describe_source, load_text, source_fingerprint
 from .tokenizer import Tokenizer, build_tokenizer, load_tokenizer
 
 __all__ = ["PreparedData", "prepare", "prepared_dir", "token_dtype", "PREPARE_FORMAT"]
@@ -125,14 +125,26 @@ def _load_if_complete(directory: Path, key: str) -> Optional[PreparedData]:
     return PreparedData(directory, meta, tokenizer)
 
 
-def _split(ids: np.ndarray, val_fraction: float, characters: int) -> tuple:
-    n_val = int(len(ids) * val_fraction)
+def _check_not_empty(text: str, cfg: DataConfig) -> None:
+    """ValueError naming the source when the corpus has nothing to learn: no characters, or
+    only the newlines that end and separate its files, or only whitespace."""
+    if text.strip():
+        return
+    what = "no text" if not text.strip("\n") else f"only whitespace ({len(text):,} characters)"
+    raise ValueError(f"prepare: the corpus is empty: {describe_source(cfg)} holds {what}; "
+                     f"point data.path (or data.paths, data.dataset) at some text")
+
+
+def _split(ids: np.ndarray, cfg: DataConfig, characters: int) -> tuple:
+    n_val = int(len(ids) * cfg.val_fraction)
     n_train = len(ids) - n_val
     if min(n_train, n_val) < MIN_SPLIT_TOKENS:
-        raise ValueError(f"prepare: the corpus is too small: {characters} characters give "
-                         f"{len(ids)} tokens, split into {n_train} train and {n_val} val "
-                         f"(data.val_fraction={val_fraction}); each split needs at least "
-                         f"{MIN_SPLIT_TOKENS} tokens. Use more text (data.max_chars, "
+        empty = ": an empty val split" if n_val == 0 else ""
+        raise ValueError(f"prepare: the corpus is too small: {describe_source(cfg)} gave "
+                         f"{characters:,} characters, {len(ids):,} tokens, split into "
+                         f"{n_train:,} train and {n_val:,} val tokens "
+                         f"(data.val_fraction={cfg.val_fraction}{empty}); each split needs "
+                         f"at least {MIN_SPLIT_TOKENS} tokens. Use more text (data.max_chars, "
                          f"data.path) or change data.val_fraction")
     return ids[:n_train], ids[n_train:]
 
@@ -196,6 +208,7 @@ def prepare(cfg: DataConfig, *, force: bool = False, log: Log = print) -> Prepar
     started = time.perf_counter()
     text = load_text(cfg, log=log)
     loaded = time.perf_counter()
+    _check_not_empty(text, cfg)
     log(f"data: read {len(text):,} characters from {cfg.source} in {loaded - started:.1f}s")
     key, fingerprint = _key(cfg)  # again: a download may have created the source file
     directory = _directory(cfg, key)
@@ -211,7 +224,7 @@ def prepare(cfg: DataConfig, *, force: bool = False, log: Log = print) -> Prepar
         raise ValueError(f"prepare: the {tokenizer.kind} tokenizer gave ids in [{ids.min()}, "
                          f"{ids.max()}], outside its vocabulary [0, {tokenizer.vocab_size})")
     ids = ids.astype(dtype)  # the check above: no id wraps around
-    train, val = _split(ids, cfg.val_fraction, len(text))
+    train, val = _split(ids, cfg, len(text))
     encoded = time.perf_counter()
     log(f"data: {len(ids):,} tokens ({tokenizer.kind}, vocab {tokenizer.vocab_size:,}, "
         f"{len(text) / max(len(ids), 1):.2f} chars/token) in {encoded - built:.1f}s")

@@ -30,8 +30,9 @@ from ..atomic import atomic_write
 from ..config import DataConfig
 from ..machine import cache_dir
 
-__all__ = ["cache_root", "load_text", "source_fingerprint", "text_file_paths",
-           "stdlib_file_paths", "TINYSHAKESPEARE_URL", "TINYSHAKESPEARE_SHA256"]
+__all__ = ["cache_root", "describe_source", "load_text", "source_fingerprint",
+           "text_file_paths", "stdlib_file_paths", "TINYSHAKESPEARE_URL",
+           "TINYSHAKESPEARE_SHA256"]
 
 TINYSHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
                        "tinyshakespeare/input.txt")
@@ -270,6 +271,26 @@ def _hf_text(cfg: DataConfig) -> str:
 
 
 # --- the public entry points ------------------------------------------------------------------
+def describe_source(cfg: DataConfig) -> str:
+    """The corpus as the user named it, for messages: ``text_files 'notes/*.txt'``,
+    ``hf_dataset 'roneneldan/TinyStories' (split 'train', field 'text')``, with the
+    ``data.max_chars`` cut when there is one."""
+    if cfg.source == "text_files":
+        first = cfg.path if isinstance(cfg.path, (list, tuple)) else [cfg.path] if cfg.path else []
+        named = list(first) + list(cfg.paths)
+        what = f"text_files {named[0]!r}" if len(named) == 1 else f"text_files {named}"
+    elif cfg.source == "python_stdlib":
+        what = f"python_stdlib ({sysconfig.get_paths()['stdlib']})"
+    elif cfg.source == "tinyshakespeare":
+        what = f"tinyshakespeare ({cfg.path or tinyshakespeare_cache_path(cfg)})"
+    elif cfg.source == "hf_dataset":
+        what = (f"hf_dataset {cfg.path or cfg.dataset!r} (split {cfg.split!r}, field "
+                f"{cfg.text_field!r})")
+    else:
+        what = f"data.source {cfg.source!r}"
+    return what if cfg.max_chars is None else f"{what} cut to data.max_chars={cfg.max_chars:,}"
+
+
 def load_text(cfg: DataConfig, *, log: Log = print) -> str:
     """The whole corpus of ``cfg`` as one string, cut to ``data.max_chars``. ``log`` gets
     notes (a download, a non-reference tinyshakespeare)."""

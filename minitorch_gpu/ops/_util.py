@@ -9,6 +9,7 @@ import numpy as np
 from ..amp import autocast_dtype
 from ..autograd import unbroadcast  # noqa: F401  (re-exported for the ops)
 from ..backend import dtypes
+from ..creation import check_number_dtype, data_array
 from ..tensor import Tensor, _wrap_dim
 
 SCALAR_TYPES = (int, float, bool, np.number, np.bool_)
@@ -23,8 +24,10 @@ def as_tensor_like(value: Any, like: Tensor, op: str) -> Any:
     device; anything else is a TypeError naming the op."""
     if isinstance(value, Tensor) or isinstance(value, SCALAR_TYPES):
         return value
-    if isinstance(value, (list, tuple)) or hasattr(value, "__array_interface__") \
-            or hasattr(value, "__cuda_array_interface__"):
+    if isinstance(value, (list, tuple)):  # checked as ``tensor`` checks it, NumPy's dtype
+        return Tensor._make(like._backend.asarray(data_array(value, op)), like._backend, False)
+    if hasattr(value, "__array_interface__") or hasattr(value, "__cuda_array_interface__"):
+        check_number_dtype(value.dtype, op, type(value).__name__)
         return Tensor._make(like._backend.asarray(value), like._backend, False)
     raise TypeError(f"{op}: expected a Tensor or a number, got {type(value).__name__}")
 

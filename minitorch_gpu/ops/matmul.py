@@ -26,8 +26,8 @@ class MatMul(Function):
         else:
             out = ctx.backend.matmul(a, b)
         # bf16 @ bf16 accumulates in float32 and returns float32 (ml_dtypes); the result is
-        # bf16 again, as in PyTorch
-        if out.dtype != a.dtype and a.dtype == b.dtype:
+        # bf16 again, as in PyTorch (``matmul`` gave both operands one dtype)
+        if out.dtype != a.dtype:
             out = out.astype(a.dtype)
         return out
 
@@ -67,7 +67,12 @@ class MatMul(Function):
 
 
 def matmul(a: Any, b: Any) -> Tensor:
-    """``a @ b``: (n,)@(n,) -> (), (m,k)@(k,n) -> (m,n), (...,m,k)@(...,k,n) -> (...,m,n)."""
+    """``a @ b``: (n,)@(n,) -> (), (m,k)@(k,n) -> (m,n), (...,m,k)@(...,k,n) -> (...,m,n).
+
+    Operands of different dtypes promote as ``a + b`` does (``torch.result_type``):
+    float32 @ int64 is float32, float32 @ float64 is float64. PyTorch refuses mixed
+    products instead; here one rule serves every binary op.
+    """
     if not isinstance(a, Tensor):
         a = as_tensor_like(a, b, "matmul")
     if not isinstance(b, Tensor):
@@ -84,7 +89,11 @@ def matmul(a: Any, b: Any) -> Tensor:
         raise ValueError(f"matmul: inner dimensions differ: {sa} @ {sb}")
     if a.ndim > 2 or b.ndim > 2:
         check_broadcast("matmul (batch dims)", sa[:-2], sb[:-2])
-    return MatMul.apply(*autocast_lower(a, b))
+    a, b = autocast_lower(a, b)
+    if a.dtype != b.dtype:  # as the elementwise ops promote, not NumPy's float64
+        dtype = promote_types(a.dtype, b.dtype)
+        a, b = cast_to(a, dtype), cast_to(b, dtype)
+    return MatMul.apply(a, b)
 
 
 class Linear(Function):
@@ -127,7 +136,8 @@ class Linear(Function):
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``x @ weight.T + bias``: x (..., in), weight (out, in) as PyTorch stores it, bias (out,)
-    -> (..., out). One fused node (``Linear``)."""
+    -> (..., out). One fused node (``Linear``). Floating inputs only (as in PyTorch); of
+    different widths they promote as ``matmul``'s do (float32 with float64 is float64)."""
     for name, t in (("input", x), ("weight", weight)):
         require_tensor(t, "linear", name)
         require_float(t, "linear", name)
