@@ -33,7 +33,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import yaml
@@ -193,7 +193,8 @@ def default_output(run_dirs: Sequence[Union[str, Path]]) -> Path:
 
 
 # --- drawing ------------------------------------------------------------------------------
-def _time_unit(runs: Sequence[RunMetrics]) -> tuple:
+def _time_unit(runs: Sequence[RunMetrics]) -> Tuple[float, str]:
+    """The unit of the time axis: seconds, minutes past 2 minutes, hours past 2 hours."""
     longest = max((float(r.train["seconds"][-1]) for r in runs if len(r.train["seconds"])),
                   default=0.0)
     if longest >= 2 * 3600:
@@ -243,15 +244,18 @@ def plot_runs(runs: Sequence[RunMetrics], out: Union[str, Path], *, dpi: int = 1
     by_tokens.xaxis.set_major_formatter(EngFormatter())
     speed_ax.yaxis.set_major_formatter(EngFormatter())
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    styles = [Line2D([], [], color="grey", linewidth=0.8, alpha=0.5, label="train (logged steps)"),
+    styles = [Line2D([], [], color="grey", linewidth=0.8, alpha=0.5,
+                     label="train (logged steps)"),
               Line2D([], [], color="grey", linestyle="--", label="train (evaluation)"),
-              Line2D([], [], color="grey", marker="o", markersize=3.5, label="val (evaluation)")]
+              Line2D([], [], color="grey", marker="o", markersize=3.5,
+                     label="val (evaluation)")]
     by_iter.legend(handles=styles, fontsize=8, loc="upper right")
     named = [Line2D([], [], color=colors[k % len(colors)], linewidth=2.5, label=run.name)
              for k, run in enumerate(runs)]
     fig.legend(handles=named, loc="outside upper center", ncols=min(len(runs), 6),
                fontsize=10, frameon=False)
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         if out.suffix.lower() in ("", ".png"):
             _save_png(fig, out, dpi)

@@ -88,6 +88,7 @@ def test_plot_draws_two_real_runs_into_one_png(tmp_path, monkeypatch):
     assert png_size(slow / "metrics.png") == (1500, 840)
     assert main(["plot", str(slow), str(fast)]) == 0
     assert png_size(tmp_path / "metrics.png") == (1500, 840)
+    assert main(["plot", str(slow), "--out", "runs.xyz"]) == 2  # no writer for .xyz
 
     # the series the picture was drawn from
     runs = read_runs([slow, fast])
