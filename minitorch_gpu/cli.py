@@ -28,6 +28,10 @@ from typing import Any, List, Optional
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
 SORT_CHOICES = ("tree", "time", "flops", "name")  # the profiler's; it is imported lazily
 BENCH_CASES = ("baby", "small")  # bench.CASES's keys; bench is imported lazily
+# set when a command failed on every MPI rank at once (the trainer's TrainingRefused: rank
+# 0's verdict on the run directory, sent to every rank): each rank then ends on its own, as
+# after Ctrl-C, and none aborts the job (MPI_Abort would add its own line to rank 0's)
+_every_rank_refused = False
 
 
 def _add_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -187,7 +191,7 @@ def _load_config(args: argparse.Namespace):
 def _train(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError
     from .config import ConfigError
-    from .trainer import Trainer, TrainingDiverged, TrainingError
+    from .trainer import Trainer, TrainingDiverged, TrainingError, TrainingRefused
     try:
         cfg = _load_config(args)
     except ConfigError as exc:
@@ -203,6 +207,10 @@ def _train(args: argparse.Namespace) -> int:
         print("minitorch-gpu train: interrupted; the checkpoints on disk are as they were",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    except TrainingRefused as exc:  # on every rank: rank 0 says why
+        global _every_rank_refused
+        _every_rank_refused = True
+        return _error("train", str(exc)) if trainer.group.is_main else EXIT_BAD_INPUT
     except (TrainingError, CheckpointError, ConfigError) as exc:
         return _error("train", str(exc))
     except BrokenPipeError:
@@ -477,8 +485,9 @@ def _discard_stdout() -> None:
 def entry_point() -> None:
     code = main()
     # Ctrl-C reaches every rank (mpiexec forwards it) and the ranks stop after one agreed
-    # step, so each ends on its own; any other failure ends the whole job
-    if code not in (0, EXIT_INTERRUPTED):
+    # step, so each ends on its own, as after a refusal every rank got; any other failure
+    # ends the whole job
+    if code not in (0, EXIT_INTERRUPTED) and not _every_rank_refused:
         # one of several MPI ranks: the others would wait for this one in their next
         # collective; end them all (nothing happens in a single process)
         from .distributed import abort_job

@@ -123,6 +123,10 @@ class ProcessGroup:
         order, on rank 0; None elsewhere."""
         return [obj]
 
+    def broadcast_object(self, obj: Any, what: str) -> Any:
+        """Rank 0's ``obj`` on every rank (JSON-like data: MPI pickles it)."""
+        return obj
+
     def abort(self, code: int) -> NoReturn:
         """End every rank of the job now with exit status ``code``."""
         raise SystemExit(code)

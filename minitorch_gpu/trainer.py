@@ -15,6 +15,12 @@ A run directory, ``checkpoint.dir/run_name/``, holds::
     best.ckpt        the state with the lowest validation loss so far
     tensorboard/     with logging.tensorboard: metrics.jsonl's numbers as TensorBoard events
 
+One trainer at a time: ``fit`` locks the run directory (``.lock``, see ``run_lock.py``)
+before it checks or writes anything there and unlocks it when it returns (the kernel does
+when the process dies); a second trainer, ``--resume`` and ``--overwrite`` included,
+refuses, naming the first's PID. With the lock held, the temporary files of saves killed
+outright are removed.
+
 Checkpoint writes are atomic (see ``checkpoint.py``). A resumed run restores every random
 stream, so with the same seed it reproduces the loss curve of an uninterrupted run.
 
@@ -51,7 +57,7 @@ import numpy as np
 
 from . import backend as backend_module
 from . import distributed
-from .atomic import atomic_write
+from .atomic import atomic_write, remove_leftover_temporaries
 from .amp import autocast
 from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
@@ -63,9 +69,11 @@ from .distributed import rank_seed
 from .machine import matmul_peak_flops, set_num_threads
 from .nn import GPT, GPTConfig
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
+from .run_lock import RunDirectoryInUse, RunLock, lock_run_directory
 from .tensorboard_log import TENSORBOARD_HINT, TensorBoardLog, tensorboard_available
 
-__all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "run_directory"]
+__all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "TrainingRefused",
+           "run_directory"]
 
 # the weights' dtype per system.dtype: bf16 mixed precision keeps float32 master weights
 # (and optimizer state) and runs the matrix products in bf16 under autocast
@@ -78,6 +86,12 @@ class TrainingError(RuntimeError):
 
 class TrainingDiverged(TrainingError):
     """The loss became NaN or infinite; the last good checkpoint is left as it was."""
+
+
+class TrainingRefused(TrainingError):
+    """Rank 0's refusal of the run directory (in use, holds a run, nothing to resume),
+    raised on every rank at once: under MPI no rank waits for another, so the job can end
+    without an abort, each rank on its own."""
 
 
 @dataclass
@@ -156,6 +170,7 @@ class Trainer:
         self.last_path = self.run_dir / "last.ckpt"
         self.best_path = self.run_dir / "best.ckpt"
         self.metrics_path = self.run_dir / "metrics.jsonl"
+        self._run_lock: Optional[RunLock] = None  # rank 0's, while fit runs
         # rank 0's mirror of metrics.jsonl in TensorBoard, with logging.tensorboard (fit)
         self.tensorboard: Optional[TensorBoardLog] = None
 
@@ -175,6 +190,7 @@ class Trainer:
         group = self.group
         if not group.is_main:
             self.log, self.progress = _silent, False
+        self._claim_run_dir()  # before minutes of data preparation
         threads = cfg.system.threads
         set_num_threads(threads if threads is not None else group.cpu_threads())
         self.dtype = self._dtype()
@@ -265,28 +281,69 @@ class Trainer:
         if self.group.is_main:
             save_checkpoint(path, self.model.state_dict(), self.optimizer.state_dict(), meta)
 
+    def _claim_run_dir(self) -> None:
+        """Rank 0 locks and checks the run directory; the others read it only after that.
+        A refusal goes to every rank, so all end together, none left waiting to be
+        aborted (under MPI, rank 0 alone holds the lock)."""
+        refusal = None
+        if self.group.is_main:
+            try:
+                self._prepare_run_dir()
+            except TrainingError as exc:
+                refusal = str(exc)
+        refusal = self.group.broadcast_object(refusal, "rank 0's check of the run directory")
+        if refusal is not None:
+            raise TrainingRefused(refusal)
+
     def _prepare_run_dir(self) -> None:
-        if self.cfg.train.resume and self.overwrite:
+        """Lock the run directory, then check it (the lock first, so that two trainers
+        can't both pass the checks) and clear what killed saves left. The lock stays held
+        until fit returns; an old run's files go only once the new run is built (fit)."""
+        resume = self.cfg.train.resume
+        if resume and self.overwrite:
             raise TrainingError("train.resume and --overwrite contradict each other: resume the "
                                 "run or start it over, not both")
-        if self.cfg.train.resume:
-            if not self.last_path.exists():
-                raise TrainingError(f"train.resume: there is no checkpoint to resume at "
-                                    f"{self.last_path} (start the run without --resume)")
-            return
-        if self.last_path.exists() and not self.overwrite:
-            raise TrainingError(
-                f"{self.run_dir} already holds a run ({self.last_path.name}); continue it with "
-                f"--resume, start over with --overwrite, or name a new run with "
-                f"--set checkpoint.run_name=NAME")
+        if resume and not self.run_dir.is_dir():  # nothing to resume: nothing to make
+            raise TrainingError(f"train.resume: there is no checkpoint to resume at "
+                                f"{self.last_path} (start the run without --resume)")
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file in the way, no permission, a read-only disk
             raise TrainingError(f"checkpoint.dir: cannot make the run directory "
                                 f"{self.run_dir}: {exc.strerror or exc}") from None
-        for stale in (self.last_path, self.best_path, self.metrics_path):
-            if stale.exists():
-                stale.unlink()
+        self._lock_run_dir()
+        if resume:
+            if not self.last_path.exists():
+                raise TrainingError(f"train.resume: there is no checkpoint to resume at "
+                                    f"{self.last_path} (start the run without --resume)")
+        elif self.last_path.exists() and not self.overwrite:
+            raise TrainingError(
+                f"{self.run_dir} already holds a run ({self.last_path.name}); continue it with "
+                f"--resume, start over with --overwrite, or name a new run with "
+                f"--set checkpoint.run_name=NAME")
+        if self._run_lock.held:  # else another trainer may be saving right now
+            files, size = remove_leftover_temporaries(self.run_dir)
+            if files:
+                self.log(f"removed {files} temporary file(s) of killed saves from "
+                         f"{self.run_dir} ({size:,} bytes)")
+
+    def _lock_run_dir(self) -> None:
+        try:
+            self._run_lock = lock_run_directory(self.run_dir)
+        except RunDirectoryInUse as exc:
+            raise TrainingError(f"{exc}; wait for it to end or stop it, or name a new run "
+                                f"with --set checkpoint.run_name=NAME") from None
+        except OSError as exc:  # no permission, a read-only disk
+            raise TrainingError(f"checkpoint.dir: cannot lock the run directory "
+                                f"{self.run_dir}: {exc.strerror or exc}") from None
+        if self._run_lock.warning:
+            self.log(f"warning: {self._run_lock.warning}; nothing stops another trainer "
+                     f"from writing {self.run_dir} at the same time")
+
+    def _unlock_run_dir(self) -> None:
+        if self._run_lock is not None:
+            self._run_lock.release()
+            self._run_lock = None
 
     def _resume(self) -> None:
         try:
@@ -402,15 +459,24 @@ class Trainer:
         """Train to ``train.max_iters``; returns where the checkpoints are. Ctrl-C finishes
         the step under way, saves ``last.ckpt`` and returns with status "interrupted" (a
         second Ctrl-C quits at once, leaving the checkpoints as they were); a NaN or
-        infinite loss raises TrainingDiverged and writes nothing more."""
+        infinite loss raises TrainingDiverged and writes nothing more. The run directory
+        is locked from its first check to the return (TrainingRefused while another
+        process holds it)."""
+        try:
+            return self._fit()
+        finally:
+            self._unlock_run_dir()
+
+    def _fit(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
         if cfg.logging.tensorboard and not tensorboard_available():
             raise TrainingError(TENSORBOARD_HINT)  # before minutes of data preparation
         self._build()
         group = self.group  # the ranks (optimizer groups are param_groups)
-        if group.is_main:  # the others read the run directory only once rank 0 checked it
-            self._prepare_run_dir()
-        group.barrier("rank 0's check of the run directory")
+        if group.is_main and not t.resume:  # a new run: no file of an old one stays
+            for stale in (self.last_path, self.best_path, self.metrics_path):
+                if stale.exists():
+                    stale.unlink()
         self.iter_num, self.evaluated_at, self.best_val_loss = 0, -1, math.inf
         if t.resume:
             self._resume()
