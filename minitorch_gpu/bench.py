@@ -44,6 +44,7 @@ CASES: Dict[str, Dict[str, int]] = {
 SIDES = ("minitorch", "torch")
 LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.99), 0.1  # nanoGPT's Shakespeare settings
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+EXIT_OUT_OF_MEMORY = 3  # a measuring process that ran out of memory (its one line on stderr)
 
 
 def torch_available() -> bool:
@@ -179,8 +180,10 @@ def _run_child(what: str, **spec: Any) -> Dict[str, Any]:
         env.update({name: str(spec["threads"]) for name in THREAD_VARIABLES})
     done = subprocess.run([sys.executable, "-m", "minitorch_gpu.bench", what, json.dumps(spec)],
                           env=env, capture_output=True, text=True)
+    name = " ".join(str(spec[k]) for k in ("side", "case") if k in spec) or what
+    if done.returncode == EXIT_OUT_OF_MEMORY:
+        raise MemoryError(f"the {name} run: {done.stderr.strip()[-300:]}")
     if done.returncode != 0:
-        name = " ".join(str(spec[k]) for k in ("side", "case") if k in spec) or what
         raise RuntimeError(f"bench: the {name} run failed (exit {done.returncode}):\n"
                            f"{done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -278,4 +281,8 @@ def format_table(records: List[Dict[str, Any]]) -> str:
 
 if __name__ == "__main__":  # one measuring process, started by _run_child
     work = {"measure": measure, "peak": measure_peak}[sys.argv[1]]
-    print(json.dumps(work(**json.loads(sys.argv[2]))), flush=True)
+    try:
+        print(json.dumps(work(**json.loads(sys.argv[2]))), flush=True)
+    except MemoryError as exc:  # one line for the parent to pass on (a traceback is noise)
+        print(" ".join(str(exc).split()) or "an allocation failed", file=sys.stderr)
+        sys.exit(EXIT_OUT_OF_MEMORY)

@@ -58,6 +58,8 @@ VERSION = 2  # format.json's "version": raise it when old readers can't read the
 
 PathLike = Union[str, "os.PathLike[str]"]
 T = TypeVar("T")
+# load_checkpoint's check: (meta, {state-dict key: (dtype, shape)}, file size in bytes)
+TableCheck = Callable[[Dict[str, Any], Dict[str, Tuple[np.dtype, Tuple[int, ...]]], int], None]
 
 # tags of the tree encoding: a JSON object with exactly one of these keys is not a dict
 _ARRAY, _TUPLE, _DICT, _FLOAT = "__array__", "__tuple__", "__dict__", "__float__"
@@ -315,6 +317,31 @@ def _write_array(archive: zipfile.ZipFile, value: Any, entry: Dict[str, Any]) ->
         np.lib.format.write_array(member, host, allow_pickle=False)
 
 
+def _read_npy_header(member: Any, info: zipfile.ZipInfo, entry: Dict[str, Any],
+                     archive_size: int) -> Tuple[bool, int]:
+    """Read the .npy header of ``member`` (open at its start) and check it against its
+    index ``entry`` (ValueError if they disagree): (Fortran order, bytes of data)."""
+    dtype, encoding, shape = entry["dtype"], entry["encoding"], entry["shape"]
+    stored_dtype = _stored_dtype(dtype, encoding)
+    version = np.lib.format.read_magic(member)
+    if version == (1, 0):
+        header_shape, fortran, header_dtype = np.lib.format.read_array_header_1_0(member)
+    elif version == (2, 0):
+        header_shape, fortran, header_dtype = np.lib.format.read_array_header_2_0(member)
+    else:
+        raise ValueError(f"{entry['file']}: .npy version {version}, expected 1.0 or 2.0")
+    if header_dtype != stored_dtype or tuple(header_shape) != shape:
+        raise ValueError(f"{entry['file']} holds {header_dtype} {tuple(header_shape)}, "
+                         f"its index says {stored_dtype} {shape}")
+    nbytes = math.prod(shape) * stored_dtype.itemsize
+    data_bytes = info.file_size - member.tell()
+    if data_bytes != nbytes or (info.compress_type == zipfile.ZIP_STORED
+                                and nbytes > archive_size):
+        raise ValueError(f"{entry['file']} holds {data_bytes} bytes of data, expected "
+                         f"{nbytes}")
+    return fortran, nbytes
+
+
 def _read_array(archive: zipfile.ZipFile, entry: Dict[str, Any], archive_size: int
                 ) -> np.ndarray:
     """Read and check one .npy member against its index ``entry`` (ValueError if they
@@ -323,22 +350,7 @@ def _read_array(archive: zipfile.ZipFile, entry: Dict[str, Any], archive_size: i
     stored_dtype = _stored_dtype(dtype, encoding)
     info = archive.getinfo(entry["file"])
     with archive.open(info) as member:
-        version = np.lib.format.read_magic(member)
-        if version == (1, 0):
-            header_shape, fortran, header_dtype = np.lib.format.read_array_header_1_0(member)
-        elif version == (2, 0):
-            header_shape, fortran, header_dtype = np.lib.format.read_array_header_2_0(member)
-        else:
-            raise ValueError(f"{entry['file']}: .npy version {version}, expected 1.0 or 2.0")
-        if header_dtype != stored_dtype or tuple(header_shape) != shape:
-            raise ValueError(f"{entry['file']} holds {header_dtype} {tuple(header_shape)}, "
-                             f"its index says {stored_dtype} {shape}")
-        nbytes = math.prod(shape) * stored_dtype.itemsize
-        data_bytes = info.file_size - member.tell()
-        if data_bytes != nbytes or (info.compress_type == zipfile.ZIP_STORED
-                                    and nbytes > archive_size):
-            raise ValueError(f"{entry['file']} holds {data_bytes} bytes of data, expected "
-                             f"{nbytes}")
+        fortran, nbytes = _read_npy_header(member, info, entry, archive_size)
         array = np.empty(shape[::-1] if fortran else shape, stored_dtype)
         buffer = memoryview(array.reshape(-1).view(np.uint8))
         done = 0
@@ -481,13 +493,22 @@ def _model_plan(model_state: Mapping[str, Any]) -> Tuple[List[dict], List[Tuple[
 
 
 # --- loading ----------------------------------------------------------------------------------
-def load_checkpoint(path: PathLike, *, load_optimizer: bool = True) -> Checkpoint:
+def load_checkpoint(path: PathLike, *, load_optimizer: bool = True,
+                    check: Optional[TableCheck] = None) -> Checkpoint:
     """Read a checkpoint written by ``save_checkpoint``; no code in the file is run.
 
     Raises CheckpointError, a one-line message naming the file, when it is missing, a
     directory, empty, truncated, not a checkpoint, of a newer format version, or corrupt
-    (a failed CRC, a damaged .npy or index). With ``load_optimizer=False`` the optimizer's
-    arrays are not read and ``Checkpoint.optimizer`` is None.
+    (a failed CRC, a damaged .npy or index, model arrays claiming more bytes than the
+    file has). With ``load_optimizer=False`` the optimizer's arrays are not read and
+    ``Checkpoint.optimizer`` is None.
+
+    ``check(meta, table, file_size)``, when given, runs once the metadata and the headers
+    of the model's .npy members are read and before any model or optimizer array is:
+    ``table`` maps each state-dict key to the (dtype, shape) its member's header declares
+    (checked against the index first). Whatever it raises is passed on unchanged: the
+    caller refuses a file whose arrays are not what its metadata describes, or too large
+    for this machine, before anything is allocated for them.
     """
     path = Path(path)
 
@@ -508,6 +529,12 @@ def load_checkpoint(path: PathLike, *, load_optimizer: bool = True) -> Checkpoin
                                                           list))]
         _check_members(archive, meta_entries + model_entries + optimizer_entries,
                        skipped="" if load_optimizer else "optimizer/")
+        table = _model_table(archive, model_entries, size)
+        if check is not None:
+            try:
+                check(meta, table, size)
+            except Exception as exc:  # the caller's own refusal: not a damaged file
+                raise _CallerRefusal(exc) from None
 
         model: Dict[str, np.ndarray] = {}
         read_files: Dict[str, np.ndarray] = {}  # tied entries share one member
@@ -523,7 +550,44 @@ def load_checkpoint(path: PathLike, *, load_optimizer: bool = True) -> Checkpoin
                                        for entry in optimizer_entries])
         return Checkpoint(model=model, optimizer=optimizer, meta=meta, path=path)
 
-    return _read_checkpoint(path, read)
+    try:
+        return _read_checkpoint(path, read)
+    except _CallerRefusal as refusal:
+        raise refusal.error from None
+
+
+class _CallerRefusal(Exception):
+    """Carries what a ``check`` given to ``load_checkpoint`` raised past the handlers that
+    turn read errors into "corrupt" (its ValueError is the caller's verdict, not ours)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _model_table(archive: zipfile.ZipFile, entries: List[Dict[str, Any]], archive_size: int
+                 ) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
+    """state-dict key -> (dtype, shape) of the model index ``entries``, each member's .npy
+    header read and checked against its entry (no array data is read). ValueError when a
+    key repeats or the members' data add up to more bytes than the whole file (members of
+    a ZIP can overlap: each fits, their sum would not)."""
+    table: Dict[str, Tuple[np.dtype, Tuple[int, ...]]] = {}
+    total, counted = 0, set()
+    for i, entry in enumerate(entries):
+        key = entry.get("key")
+        if not isinstance(key, str) or key in table:
+            raise ValueError(f"model.json entry {i}: expected a new str 'key', got {key!r}")
+        if entry["file"] not in counted:  # tied entries share one member
+            counted.add(entry["file"])
+            info = archive.getinfo(entry["file"])
+            with archive.open(info) as member:
+                total += _read_npy_header(member, info, entry, archive_size)[1]
+            if total > archive_size:
+                raise ValueError(f"its model arrays claim {total} bytes of data by "
+                                 f"{entry['file']}, more than the whole file's "
+                                 f"{archive_size}")
+        table[key] = (entry["dtype"], entry["shape"])
+    return table
 
 
 def read_checkpoint_meta(path: PathLike) -> Dict[str, Any]:

@@ -8,8 +8,9 @@
     minitorch-gpu plot checkpoints/quickstart [checkpoints/other ...] [--out runs.png]
 
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
-2 bad input (a config, a checkpoint, an option), 130 interrupted (after saving), 141 the
-reader of stdout went away (``minitorch-gpu generate ... | head``), quietly.
+2 bad input (a config, a checkpoint, an option, sizes past the memory available), 130
+interrupted (after saving), 141 the reader of stdout went away (``minitorch-gpu generate
+... | head``), quietly.
 
 An expected failure (bad input, a full disk, a diverged run) is one line on stderr. Any
 other error (a bug, a CUDA or driver failure) is a one-line summary followed by its full
@@ -22,7 +23,7 @@ import os
 import shlex
 import sys
 import traceback
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 # 130 and 141 are what a shell reports for a process ended by SIGINT and SIGPIPE (128 + n)
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
@@ -41,6 +42,13 @@ def _add_config_arguments(p: argparse.ArgumentParser) -> None:
                         "model.n_layer=2 (the value is read as YAML; repeatable)")
     p.add_argument("--device", help="shorthand for --set system.device=DEVICE (cpu, cuda, "
                                     "cuda:N)")
+
+
+def _add_memory_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ignore-memory-check", action="store_true",
+                   help="run even when the model's estimated memory is over what the device "
+                        "has free (or system.memory_limit_gb, or "
+                        "$MINITORCH_GPU_MEMORY_LIMIT_GB)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--progress", choices=("auto", "bar", "lines"), default="auto",
                        help="a progress bar, or a log line every train.log_interval "
                             "iterations (auto: a bar on a terminal)")
+    _add_memory_argument(train)
 
     prep = sub.add_parser("prepare", help="tokenize a config's corpus into its cache",
                           description="Tokenize the corpus once into train.bin/val.bin and "
@@ -92,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--num-samples", type=int, default=1, help="samples to draw (default 1)")
     gen.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
     gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    _add_memory_argument(gen)
 
     prof = sub.add_parser("profile", help="time each layer of a config's model",
                           description="Time the forward pass (and with --backward the "
@@ -122,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     prof.add_argument("--plot", metavar="PATH", help="draw the roofline with each layer on "
                                                      "it (PNG; needs matplotlib)")
+    _add_memory_argument(prof)
 
     bench = sub.add_parser("bench", help="time a training step and generation",
                            description="Time the GPT's training step (forward, loss, "
@@ -147,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "torch's in turn) and report medians (default 1)")
     bench.add_argument("--quick", action="store_true",
                        help="a handful of steps and tokens: checks that it runs, not speed")
+    _add_memory_argument(bench)
 
     plot = sub.add_parser("plot", help="draw runs' metrics as one picture",
                           description="Draw train and val loss against iterations, tokens "
@@ -197,7 +209,8 @@ def _train(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _error("train", str(exc))
     progress = {"auto": None, "bar": True, "lines": False}[args.progress]
-    trainer = Trainer(cfg, progress=progress, overwrite=args.overwrite)
+    trainer = Trainer(cfg, progress=progress, overwrite=args.overwrite,
+                      check_memory=not args.ignore_memory_check)
     try:
         result = trainer.fit()
     except TrainingDiverged as exc:
@@ -289,9 +302,21 @@ def _generate(args: argparse.Namespace) -> int:
                                       f"{exc.start})")
     else:
         prompt = "\n" if args.prompt is None else args.prompt
+    from .memory import MemoryLimitError
+
+    def check_memory(config: Any, meta: Dict[str, Any]) -> None:
+        if not args.ignore_memory_check:  # the weights, the KV cache of a batch of one
+            dtype = "float64" if meta.get("dtype") == "float64" else "float32"
+            _check_memory(_workload("generate", config, dtype=dtype, device=args.device,
+                                    from_checkpoint=True), get_backend(args.device), None,
+                          {"n_layer": "n_layer", "n_embd": "n_embd",
+                           "block_size": "block_size", "vocab_size": "vocab_size"},
+                          "pass --ignore-memory-check to try anyway")
+
     try:
-        model, tokenizer, _ = load_for_inference(args.checkpoint, args.device)
-    except CheckpointError as exc:
+        model, tokenizer, _ = load_for_inference(args.checkpoint, args.device,
+                                                 check_memory=check_memory)
+    except (CheckpointError, MemoryLimitError) as exc:
         return _error("generate", str(exc))
     mt.manual_seed(args.seed)
     out = sys.stdout
@@ -318,6 +343,7 @@ def _profile(args: argparse.Namespace) -> int:
     import minitorch_gpu as mt
     from .checkpoint import CheckpointError
     from .config import ConfigError
+    from .memory import MemoryLimitError
     from .profiler import PLOT_HINT, profile_model
     from .trainer import TrainingError
     try:
@@ -334,8 +360,8 @@ def _profile(args: argparse.Namespace) -> int:
                 import matplotlib  # noqa: F401 - before minutes of profiling, not after
             except ImportError:
                 raise ValueError(PLOT_HINT) from None
-        model = _model_to_profile(cfg, args.checkpoint)
-    except (ConfigError, CheckpointError, ValueError, TrainingError) as exc:
+        model = _model_to_profile(cfg, args.checkpoint, _profile_memory_check(cfg, args))
+    except (ConfigError, CheckpointError, ValueError, TrainingError, MemoryLimitError) as exc:
         return _error("profile", str(exc).splitlines()[0])
     block = model.config.block_size
     B = args.batch_size or cfg.train.batch_size
@@ -377,8 +403,53 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_to_profile(cfg, checkpoint: Optional[str]):
-    """The config's GPT, fresh (seeded) or from ``checkpoint``, on the config's device."""
+def _profile_memory_check(cfg, args: argparse.Namespace):
+    """``check(config, device, from_checkpoint)``: MemoryLimitError when profiling a GPT of
+    ``config`` (a GPTConfig) as ``args`` ask is estimated past the memory ``device`` has;
+    nothing with --ignore-memory-check."""
+    from .backend import get_backend
+
+    def check(config: Any, device: str, from_checkpoint: bool) -> None:
+        if args.ignore_memory_check:
+            return
+        task = "forward+backward" if args.backward else "forward"
+        names = {"n_layer": "model.n_layer", "n_embd": "model.n_embd",
+                 "n_head": "model.n_head", "block_size": "model.block_size",
+                 "vocab_size": "model.vocab_size"}
+        if from_checkpoint:  # the checkpoint's shape: model.* is not read
+            names = {key: key for key in names}
+        names["batch"] = "--batch-size" if args.batch_size else "train.batch_size"
+        names["seq_len"] = "--seq-len"
+        work = _workload(task, config, dtype=cfg.system.dtype, device=device,
+                         batch=args.batch_size or cfg.train.batch_size, seq_len=args.seq_len,
+                         from_checkpoint=from_checkpoint)
+        _check_memory(work, get_backend(device), cfg.system.memory_limit_gb, names,
+                      "lower them, or pass --ignore-memory-check")
+    return check
+
+
+def _workload(task: str, config: Any, **settings: Any):
+    """A memory.Workload of ``task`` on a GPT of ``config`` (a GPTConfig)."""
+    from .memory import Workload
+    return Workload(task, config.n_layer, config.n_head, config.n_embd, config.block_size,
+                    config.vocab_size, bias=config.bias, dropout=config.dropout, **settings)
+
+
+def _check_memory(work: Any, backend: Any, limit_gb: Optional[float],
+                  names: Dict[str, str], advice: str) -> None:
+    """MemoryLimitError (one line) when ``work`` is estimated past the memory limit
+    (``limit_gb``, else $MINITORCH_GPU_MEMORY_LIMIT_GB, else what ``backend`` has free)."""
+    from .memory import MemoryLimitError, check_memory, estimate_memory, memory_limit
+    try:
+        limit = memory_limit(backend, limit_gb)
+    except ValueError as exc:  # a malformed $MINITORCH_GPU_MEMORY_LIMIT_GB
+        raise MemoryLimitError(str(exc)) from None
+    check_memory(estimate_memory(work), limit, names, advice)
+
+
+def _model_to_profile(cfg, checkpoint: Optional[str], check_memory=None):
+    """The config's GPT, fresh (seeded) or from ``checkpoint``, on the config's device;
+    ``check_memory(config, device, from_checkpoint)`` runs before it is built."""
     import minitorch_gpu as mt
     from .backend import get_backend
     from .machine import set_num_threads
@@ -391,8 +462,14 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
         raise ValueError(f"system.device: {exc}") from None
     if checkpoint is not None:
         from .inference import load_for_inference
-        model, _, _ = load_for_inference(checkpoint, device, keep_padding=True)
+        memory = None if check_memory is None else \
+            (lambda config, meta: check_memory(config, device, True))
+        model, _, _ = load_for_inference(checkpoint, device, keep_padding=True,
+                                         check_memory=memory)
         return model.to(_weights_dtype(cfg))
+    if check_memory is not None:  # before the data is read: the vocabulary at its least
+        vocab = cfg.model.vocab_size or cfg.model.pad_vocab_to
+        check_memory(gpt_config(cfg.model, vocab), device, False)
     tokenizer_vocab = None
     if cfg.model.vocab_size is None:  # the tokenizer's: the data must be prepared (cached)
         from .data import prepare
@@ -403,8 +480,11 @@ def _model_to_profile(cfg, checkpoint: Optional[str]):
                              f"from the data; --set model.vocab_size=N profiles without it)") \
                 from None
         tokenizer_vocab = data.tokenizer.vocab_size
+    config = gpt_config(cfg.model, tokenizer_vocab)
+    if check_memory is not None:
+        check_memory(config, device, False)
     mt.manual_seed(cfg.system.seed)
-    return GPT(gpt_config(cfg.model, tokenizer_vocab)).to(_weights_dtype(cfg)).to(device)
+    return GPT(config).to(_weights_dtype(cfg)).to(device)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -417,6 +497,21 @@ def _bench(args: argparse.Namespace) -> int:
         return _error("bench", f"--warmup must be >= 0, got {args.warmup}")
     if args.quick:
         args.steps, args.warmup, args.new_tokens, args.generate_runs = 2, 1, 8, 1
+    if not args.ignore_memory_check:  # each case's training step and generation, on the CPU
+        from .backend import cpu
+        from .bench import CASES
+        from .memory import MemoryLimitError
+        from .nn import GPTConfig
+        for case in args.case:
+            shape = dict(CASES[case])
+            batch = shape.pop("batch_size")
+            for task, sequences in (("train", batch), ("generate", 1)):
+                try:
+                    _check_memory(_workload(task, GPTConfig(**shape), batch=sequences), cpu,
+                                  None, {key: key for key in shape},
+                                  "pass --ignore-memory-check to run it anyway")
+                except MemoryLimitError as exc:
+                    return _error("bench", f"{case}: {exc}")
     try:
         records = run_bench(args.case, vs_torch=args.vs_torch, threads=args.threads,
                             steps=args.steps, warmup=args.warmup, new_tokens=args.new_tokens,
@@ -468,8 +563,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while loading or preparing (training saves first)
         print(f"minitorch-gpu {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except MemoryError as exc:  # past the memory check (--ignore-memory-check), or its miss
+        return _out_of_memory(args.command, exc)
     except Exception as exc:  # what the command's own handlers did not expect
         return _unexpected(args.command, exc)
+
+
+def _out_of_memory(command: str, exc: MemoryError) -> int:
+    """A MemoryError (NumPy's, CuPy's, Python's) as one line; nothing was written in a half
+    state (checkpoints are atomic), so it is bad input: sizes this machine can't hold."""
+    detail = " ".join(str(exc).split()) or "an allocation failed"
+    hint = {"train": "; lower the model's sizes or train.batch_size (the checkpoints on disk "
+                     "are as they were)",
+            "generate": "; try --device with more memory",
+            "prepare": "; data.max_chars reads less of the corpus"}.get(command, "")
+    print(f"minitorch-gpu {command}: out of memory: {detail[:300]}{hint}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def _discard_stdout() -> None:

@@ -124,6 +124,11 @@ class SystemConfig:
     # under mpiexec: how long a rank waits in a collective for the others before it ends
     # the job
     dist_timeout_s: float = 300.0
+    # the memory (GB) a run may take, checked against its estimate before anything is
+    # allocated; null: what the device has free (MemAvailable on the CPU, the GPU's free
+    # memory on cuda), or $MINITORCH_GPU_MEMORY_LIMIT_GB when set. --ignore-memory-check
+    # skips the check
+    memory_limit_gb: Optional[float] = None
 
 
 @dataclass
@@ -415,6 +420,9 @@ def validate(cfg: Config) -> None:
            s.threads)
     _check(s.dist_timeout_s > 0 and math.isfinite(s.dist_timeout_s), "system.dist_timeout_s",
            "a finite number of seconds > 0", s.dist_timeout_s)
+    _check(s.memory_limit_gb is None or (s.memory_limit_gb > 0
+                                         and math.isfinite(s.memory_limit_gb)),
+           "system.memory_limit_gb", "a finite number of GB > 0 or null", s.memory_limit_gb)
 
 
 def _is_text_field(cls: type, key: str) -> bool:

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 from .backend import dtypes
 from .checkpoint import CheckpointError, load_checkpoint
 from .creation import tensor
 from .data import tokenizer_from_json
+from .memory import check_gpt_arrays
 from .nn import GPT, GPTConfig
 
 __all__ = ["resolve_checkpoint", "load_for_inference", "stream_text"]
 
 VOCAB_ROWS = ("transformer.wte.weight", "lm_head.weight")  # (vocab_size, n_embd), one tied array
+# load_for_inference's check_memory(model_config, meta), before any array is read
+MemoryCheck = Callable[[GPTConfig, Dict[str, Any]], None]
 
 
 def resolve_checkpoint(path: Union[str, Path]) -> Path:
@@ -36,27 +39,50 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
 
 
 def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
-                       keep_padding: bool = False) -> Tuple[GPT, Any, Dict[str, Any]]:
+                       keep_padding: bool = False,
+                       check_memory: Optional[MemoryCheck] = None
+                       ) -> Tuple[GPT, Any, Dict[str, Any]]:
     """(model in eval mode on ``device``, tokenizer, checkpoint metadata). Raises
-    CheckpointError (one line) for a missing, truncated or foreign file.
+    CheckpointError (one line) for a missing, truncated or foreign file, and for one whose
+    arrays are not the GPT its metadata describes (names, shapes, dtypes, bytes against
+    the file's size): checked from the .npy headers before any array is read or any model
+    built, so a metadata claiming 10^9 layers costs nothing.
+
+    ``check_memory(model_config, meta)``, when given, runs after that check and before
+    any array is read: it may refuse (``memory.check_memory``); what it raises is passed on.
 
     A vocabulary padded past the tokenizer's (``model.pad_vocab_to``) is cut back to it, so
     sampling never draws an id with no text; ``keep_padding=True`` keeps the model exactly
     as trained (its loss then matches the trainer's to the last digit)."""
     path = resolve_checkpoint(path)
-    ckpt = load_checkpoint(path, load_optimizer=False)
-    meta = ckpt.meta
-    try:
-        shape = meta["model_config"]
-        expected = {f.name for f in dataclasses.fields(GPTConfig)}
-        if not isinstance(shape, dict) or set(shape) != expected:
-            got = sorted(shape) if isinstance(shape, dict) else repr(shape)
-            raise ValueError(f"model_config has keys {got}, expected {sorted(expected)}")
-        model_config = GPTConfig(**shape)
-        tokenizer = tokenizer_from_json(meta["tokenizer"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: the checkpoint has no usable model config or tokenizer "
-                              f"({type(exc).__name__}: {exc})") from None
+    found: Dict[str, Any] = {}
+
+    def check(meta: Dict[str, Any], table: Dict[str, Any], file_size: int) -> None:
+        try:
+            shape = meta["model_config"]
+            expected = {f.name for f in dataclasses.fields(GPTConfig)}
+            if not isinstance(shape, dict) or set(shape) != expected:
+                got = sorted(shape) if isinstance(shape, dict) else repr(shape)
+                raise ValueError(f"model_config has keys {got}, expected {sorted(expected)}")
+            found["config"] = GPTConfig(**shape)
+            found["tokenizer"] = tokenizer_from_json(meta["tokenizer"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: the checkpoint has no usable model config or "
+                                  f"tokenizer ({type(exc).__name__}: {exc})") from None
+        # the trainer keeps float32 weights for float32 and bf16 runs; a file saved by
+        # other means may say no dtype: then any float, cast by load_state_dict
+        weights_dtype = {"float64": dtypes.float64, "float32": dtypes.float32,
+                         "bf16": dtypes.float32}.get(meta.get("dtype"))
+        try:
+            check_gpt_arrays(found["config"], weights_dtype, table, file_size)
+        except ValueError as exc:
+            raise CheckpointError(f"{path}: the weights do not fit the model it describes "
+                                  f"({exc})") from None
+        if check_memory is not None:
+            check_memory(found["config"], meta)
+
+    ckpt = load_checkpoint(path, load_optimizer=False, check=check)
+    meta, model_config, tokenizer = ckpt.meta, found["config"], found["tokenizer"]
     weights = ckpt.model
     vocab = tokenizer.vocab_size
     if model_config.vocab_size > vocab and not keep_padding:

@@ -67,6 +67,8 @@ from .config import Config, ModelConfig, config_to_yaml
 from .data import BatchSampler, describe_source, prepare
 from .distributed import rank_seed
 from .machine import matmul_peak_flops, set_num_threads
+from .memory import (MemoryLimitError, Workload, check_gpt_arrays, check_memory,
+                     estimate_memory, memory_limit)
 from .nn import GPT, GPTConfig
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
 from .run_lock import RunDirectoryInUse, RunLock, lock_run_directory
@@ -161,8 +163,12 @@ class Trainer:
     """
 
     def __init__(self, cfg: Config, *, log: Callable[[str], None] = print_now,
-                 progress: Optional[bool] = None, overwrite: bool = False) -> None:
+                 progress: Optional[bool] = None, overwrite: bool = False,
+                 check_memory: bool = True) -> None:
         self.cfg = cfg
+        # refuse a model and micro-batch estimated past the memory available, before they
+        # are allocated (memory.py); --ignore-memory-check turns it off
+        self.memory_check = check_memory
         self.log = log
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.overwrite = overwrite
@@ -180,6 +186,30 @@ class Trainer:
         if name not in DTYPES:
             raise TrainingError(f"system.dtype {name!r}: expected one of {', '.join(DTYPES)}")
         return DTYPES[name]
+
+    def _check_memory(self, vocab_size: Optional[int]) -> None:
+        """TrainingError, one line, when the model, its optimizer and one micro-batch (or
+        evaluation batch) are estimated past the memory available (``memory.py``): Python
+        arithmetic, before anything is allocated. ``vocab_size`` None: before the data is
+        read, the vocabulary at its least (model.vocab_size, else model.pad_vocab_to)."""
+        if not self.memory_check:
+            return
+        cfg, m, t = self.cfg, self.cfg.model, self.cfg.train
+        vocab = vocab_size or m.vocab_size or m.pad_vocab_to
+        work = Workload("train", m.n_layer, m.n_head, m.n_embd, m.block_size, vocab,
+                        bias=m.bias, dropout=m.dropout, batch=t.batch_size,
+                        eval_batch=cfg.eval.batch_size, dtype=cfg.system.dtype,
+                        device=self.device, data_parallel=self.group.world_size > 1)
+        names = {"n_layer": "model.n_layer", "n_embd": "model.n_embd",
+                 "block_size": "model.block_size", "batch": "train.batch_size",
+                 "eval_batch": "eval.batch_size", "n_head": "model.n_head",
+                 "vocab_size": "model.vocab_size" if m.vocab_size is not None or
+                 cfg.data.tokenizer != "bpe" else "data.vocab_size"}
+        try:
+            check_memory(estimate_memory(work),
+                         memory_limit(self.backend, cfg.system.memory_limit_gb), names)
+        except (MemoryLimitError, ValueError) as exc:  # ValueError: a malformed variable
+            raise TrainingError(str(exc)) from None
 
     def _build(self) -> None:
         cfg = self.cfg
@@ -201,6 +231,7 @@ class Trainer:
         except (RuntimeError, ValueError) as exc:  # no CuPy, no GPU, too few GPUs for the ranks
             raise TrainingError(f"system.device: {exc}") from None
         self.device = str(self.backend.device)
+        self._check_memory(None)  # before minutes of data preparation, the vocabulary unknown
 
         # rank 0 measures the peak and tokenizes the corpus into the cache first; the other
         # ranks then find both there instead of writing the same files at the same time
@@ -217,6 +248,7 @@ class Trainer:
         self.tokenizer_json = self.tokenizer.to_json()  # into every checkpoint
         m = cfg.model
         self.model_config = gpt_config(m, self.tokenizer.vocab_size)
+        self._check_memory(self.model_config.vocab_size)
         self.model = GPT(self.model_config).to(self.dtype).to(self.device)
         if group.rank > 0:  # its own dropout masks from here on (the weights are rank 0's)
             manual_seed(rank_seed(cfg.system.seed, group.rank))
@@ -345,9 +377,31 @@ class Trainer:
             self._run_lock.release()
             self._run_lock = None
 
+    def _check_resumable(self, meta: Dict[str, Any], table: Dict[str, Any],
+                         file_size: int) -> None:
+        """load_checkpoint's check of last.ckpt, before any of its arrays is read: its
+        metadata's model is the config's (the model already built, and memory-checked, in
+        _build), and its arrays are that model's (names, shapes, dtypes, bytes)."""
+        saved = meta.get("model_config")
+        saved = saved if isinstance(saved, dict) else {}
+        wanted = dataclasses.asdict(self.model_config)
+        # dropout shapes no weight: a resumed run may change it, as nanoGPT's may
+        differ = [key for key in wanted if key != "dropout" and saved.get(key) != wanted[key]]
+        if differ:
+            held = ", ".join(f"{key} {saved.get(key)!r}" for key in differ)
+            asked = ", ".join(f"{key} {wanted[key]!r}" for key in differ)
+            raise TrainingError(f"train.resume: {self.last_path} holds a model with {held}; "
+                                f"the config asks for {asked}")
+        try:
+            check_gpt_arrays(self.model_config, DTYPES.get(meta.get("dtype")), table,
+                             file_size)
+        except ValueError as exc:
+            raise TrainingError(f"train.resume: {self.last_path}: the weights do not fit "
+                                f"the model it describes ({exc})") from None
+
     def _resume(self) -> None:
         try:
-            ckpt = load_checkpoint(self.last_path)
+            ckpt = load_checkpoint(self.last_path, check=self._check_resumable)
         except CheckpointError as exc:
             raise TrainingError(f"train.resume: {exc}") from None
         meta = ckpt.meta
@@ -368,16 +422,6 @@ class Trainer:
                 f"data gives now ({self.tokenizer.kind}, vocab {self.tokenizer.vocab_size:,}, "
                 f"from {self.data.directory}): the data or its settings changed since; resume "
                 f"with the data it was trained on, or start a new run")
-        saved = meta.get("model_config")
-        saved = saved if isinstance(saved, dict) else {}
-        wanted = dataclasses.asdict(self.model_config)
-        # dropout shapes no weight: a resumed run may change it, as nanoGPT's may
-        differ = [key for key in wanted if key != "dropout" and saved.get(key) != wanted[key]]
-        if differ:
-            held = ", ".join(f"{key} {saved.get(key)!r}" for key in differ)
-            asked = ", ".join(f"{key} {wanted[key]!r}" for key in differ)
-            raise TrainingError(f"train.resume: {self.last_path} holds a model with {held}; "
-                                f"the config asks for {asked}")
         self.model.load_state_dict(ckpt.model)
         # the optimizer's moments come from the checkpoint, its settings from the config
         # (load_state_dict brings back the saved betas, eps and weight decay, as PyTorch's

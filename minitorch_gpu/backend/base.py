@@ -9,7 +9,7 @@ import contextlib
 import reprlib
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -294,6 +294,12 @@ class Backend:
         return Timer()
 
     def memory_stats(self) -> dict:
+        raise NotImplementedError
+
+    def free_memory(self) -> Tuple[int, str]:
+        """(bytes a new allocation on this device can take now, where the number comes
+        from, as a message would say it: "available (MemAvailable)"). For the memory check
+        a command makes before it builds a model (``memory.py``)."""
         raise NotImplementedError
 
     # --- helpers shared by both backends -----------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -480,3 +480,11 @@ class CupyBackend(Backend):
     def memory_stats(self) -> dict:
         pool = cupy.get_default_memory_pool()
         return {"bytes_in_use": pool.used_bytes(), "bytes_reserved": pool.total_bytes()}
+
+    def free_memory(self) -> Tuple[int, str]:
+        """The GPU's free memory (``cudaMemGetInfo``) plus what CuPy's pool holds unused
+        (freed arrays it keeps for reuse, not free to the driver but free to us)."""
+        with self._cuda_device:
+            free, _ = cupy.cuda.runtime.memGetInfo()
+            unused = cupy.get_default_memory_pool().free_bytes()
+        return free + unused, f"free on {self.device}"

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import math
+import os
 import resource
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -122,6 +123,65 @@ class NumpyBackend(Backend):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # ru_maxrss is in kilobytes on Linux and in bytes on macOS.
         return {"peak_rss_bytes": peak if sys.platform == "darwin" else peak * 1024}
+
+    def free_memory(self) -> Tuple[int, str]:
+        """The host's available memory (MemAvailable: free plus reclaimable caches), or
+        less where this process is held to less: a cgroup's memory limit (a container) or
+        an address-space limit (``ulimit -v``), each less what is already used under it."""
+        found = [_mem_available(), _cgroup_room(), _address_space_room()]
+        return min((room for room in found if room is not None), key=lambda room: room[0])
+
+
+def _mem_available() -> Tuple[int, str]:
+    """MemAvailable from /proc/meminfo; elsewhere free pages times the page size."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "available (MemAvailable)"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        pages = -1
+    if pages < 0:  # nothing to go by: no limit of ours
+        return sys.maxsize, "available"
+    return pages, "available (free pages)"
+
+
+def _read_int(path: str) -> Optional[int]:
+    """The integer in a one-line file (cgroup's), or None (absent, "max", unreadable)."""
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_room() -> Optional[Tuple[int, str]]:
+    """What this cgroup's memory limit leaves (v2, else v1), or None without a limit."""
+    for limit_path, usage_path in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(limit_path), _read_int(usage_path)
+        if limit is not None and usage is not None and limit < 1 << 60:  # v1's "none": ~2^63
+            return max(limit - usage, 0), "left under the cgroup's memory limit"
+    return None
+
+
+def _address_space_room() -> Optional[Tuple[int, str]]:
+    """What an address-space limit (RLIMIT_AS, ``ulimit -v``) leaves this process, or None
+    without one."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/statm") as statm:
+            used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        used = 0
+    return max(soft - used, 0), "left under the address-space limit (ulimit -v)"
 
 
 def _scatter_add_rows(target: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:

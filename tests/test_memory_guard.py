@@ -1,0 +1,450 @@
+"""The memory check before a model is built, the checkpoint's arrays against its metadata,
+and out-of-memory errors as one line.
+
+Sizes no machine can hold (10^9 layers, widths, positions or sequences) and a crafted
+checkpoint claiming such a model go through the real CLI in a child process held to a
+small address space (``RLIMIT_AS``): the refusal must come from arithmetic, within a
+second, never from allocating. No test depends on this machine's free memory: where a
+limit matters it is given (``system.memory_limit_gb`` or ``$MINITORCH_GPU_MEMORY_LIMIT_GB``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitorch_gpu as mt
+from minitorch_gpu import cli, nn
+from minitorch_gpu.amp import autocast
+from minitorch_gpu.backend import cpu
+from minitorch_gpu.checkpoint import CheckpointError, save_checkpoint
+from minitorch_gpu.config import ConfigError, load_config
+from minitorch_gpu.data import CharTokenizer
+from minitorch_gpu.inference import load_for_inference
+from minitorch_gpu.memory import (LIMIT_VARIABLE, MemoryLimit, MemoryLimitError, Workload,
+                                  check_gpt_arrays, check_memory, estimate_memory,
+                                  format_bytes, gpt_parameter_count, gpt_state_count,
+                                  gpt_state_shape, gpt_state_shapes, memory_limit)
+
+ROOT = Path(__file__).resolve().parents[1]
+HUGE = 10 ** 9
+# the address space a refusing child may use: importing the package and its libraries
+# with one BLAS thread peaks at about 135 MB of address space (VmPeak, measured on Linux
+# x86-64 with NumPy's OpenBLAS); a GPT of 10^9 anything would need terabytes
+CEILING = 512 << 20
+
+CONFIG = """\
+model: {{n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}}
+data: {{source: text_files, path: {corpus}, tokenizer: char, cache_dir: {cache}}}
+train: {{batch_size: 4, max_iters: 4, warmup_iters: 1, lr: 3.0e-3, log_interval: 2}}
+eval: {{interval: 2, iters: 2}}
+checkpoint: {{dir: {ckpts}}}
+system: {{seed: 7}}
+"""
+
+# the child: the CLI's own main() with the package already imported, so the time it
+# prints is the command's, not the interpreter's start-up
+TIMED_MAIN = """\
+import sys, time
+from minitorch_gpu import cli, inference, trainer
+start = time.perf_counter()
+code = cli.main(sys.argv[1:])
+print(f"{time.perf_counter() - start:.3f}")
+sys.exit(code)
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "corpus.txt").write_text("the king said good night to my lord.\n" * 200)
+    (tmp_path / "tiny.yaml").write_text(CONFIG.format(corpus=tmp_path / "corpus.txt",
+                                                      cache=tmp_path / "cache",
+                                                      ckpts=tmp_path / "ckpts"))
+    return tmp_path
+
+
+def _env(**extra: str) -> dict:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **extra}
+    return env
+
+
+def _ceiling() -> None:  # runs in the child, before it execs Python
+    resource.setrlimit(resource.RLIMIT_AS, (CEILING, CEILING))
+
+
+def run_cli(*args: str, cwd: Path, limited: bool = False, timed: bool = False,
+            env: dict = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``minitorch-gpu ARGS`` in a child process: with ``limited`` under CEILING, with
+    ``timed`` through TIMED_MAIN (its last stdout line is the command's seconds)."""
+    command = [sys.executable, "-c", TIMED_MAIN] if timed else \
+        [sys.executable, "-m", "minitorch_gpu"]
+    return subprocess.run(command + [str(a) for a in args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env or _env(),
+                          preexec_fn=_ceiling if limited else None)
+
+
+def assert_one_line_refusal(done: subprocess.CompletedProcess, *phrases: str) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+
+
+def tiny_gpt_checkpoint(path: Path, text: str = "abcdefgh \n", width: int = 8,
+                        **claimed) -> nn.GPT:
+    """A real checkpoint of a 1-layer GPT ``width`` wide over the characters of ``text``
+    (every CRC valid) whose metadata claims the model_config fields in ``claimed``
+    instead of the model's own."""
+    tokenizer = CharTokenizer.from_text(text)
+    config = nn.GPTConfig(block_size=width, vocab_size=tokenizer.vocab_size, n_layer=1,
+                          n_head=2, n_embd=width)
+    mt.manual_seed(0)
+    model = nn.GPT(config)
+    save_checkpoint(path, model.state_dict(), None,
+                    {"model_config": {**dataclasses.asdict(config), **claimed},
+                     "tokenizer": tokenizer.to_json(), "dtype": "float32"})
+    return model
+
+
+# --- the GPT's arrays from its shape ----------------------------------------------------
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_state_dict_is_derived_from_the_shape_alone(bias):
+    config = nn.GPTConfig(block_size=8, vocab_size=11, n_layer=3, n_head=2, n_embd=8,
+                          bias=bias)
+    model = nn.GPT(config)
+    state = model.state_dict()
+    assert list(gpt_state_shapes(config)) == [(k, tuple(v.shape)) for k, v in state.items()]
+    assert gpt_state_count(config) == len(state)
+    assert gpt_parameter_count(config) == model.num_parameters()
+    assert all(gpt_state_shape(config, key) == tuple(v.shape) for key, v in state.items())
+    for key in ("transformer.h.3.ln_1.weight", "transformer.h.01.ln_1.weight",
+                "transformer.h.0.attn.bias", "lm_head.bias"):
+        assert gpt_state_shape(config, key) is None
+
+
+def test_a_shape_of_a_billion_layers_is_counted_without_being_made():
+    config = nn.GPTConfig(block_size=8, vocab_size=10, n_layer=HUGE, n_head=2, n_embd=8)
+    assert gpt_state_count(config) == 5 + 12 * HUGE
+    assert gpt_parameter_count(config) == 10 * 8 + 8 * 8 + HUGE * (12 * 64 + 13 * 8) + 16
+    assert gpt_state_shape(config, f"transformer.h.{HUGE - 1}.mlp.c_fc.weight") == (32, 8)
+    assert gpt_state_shape(config, f"transformer.h.{HUGE}.mlp.c_fc.weight") is None
+
+
+# --- the estimate ---------------------------------------------------------------------
+def test_the_estimate_of_a_tiny_gpt_is_its_hand_count():
+    """n_layer 1, n_head 2, n_embd C = 8, block 4, vocab 10, batch 2, float32 on the CPU:
+    every figure counted here from what the ops keep."""
+    C, H, T, V, B = 8, 2, 4, 10, 2
+    estimate = estimate_memory(Workload("train", 1, H, C, T, V, batch=B))
+    params = V * C + T * C + (12 * C * C + 13 * C) + 2 * C  # wte (= lm_head), wpe, block, ln_f
+    assert params == 1000
+    tokens = B * T
+    per_token = (C * 4 + 2 * 4  # ln_1: its input and (mean, rstd)
+                 + C * 4 + 3 * C * 4  # c_attn's input, the q, k, v it made
+                 + C * 4  # c_proj's input
+                 + C * 4 + 2 * 4  # ln_2
+                 + C * 4 + 4 * C * 4  # c_fc's input, GELU's local derivative
+                 + 4 * C * 4)  # the MLP's c_proj's input
+    probabilities = B * H * T * T * 4  # the full path's (B, nh, T, T), saved
+    top = tokens * (3 * 8 + C * 4 + 2 * 4 + C * 4)  # ids, ln_f, lm_head's input
+    gradients_in_flight = tokens * (2 * C * 4 + 3 * C * 4)
+    transient = max(B * H * T * T * 4, tokens * 12 * C * 4)  # scores vs GELU's buffers
+    assert estimate.parts == {
+        "parameters": 4 * params, "gradients": 4 * params, "AdamW": 4 * 4 * params,
+        "activations": tokens * per_token + probabilities + top + gradients_in_flight
+        + transient,
+        "logits": tokens * V * (4 + 4 + 4)}  # logits, probabilities, their gradient
+    assert estimate.total == 34560
+    generation = estimate_memory(Workload("generate", 1, H, C, T, V))
+    assert generation.parts["KV cache"] == 2 * 1 * 1 * T * C * 4  # keys and values, (1, nh, T, hs)
+
+
+@pytest.mark.parametrize("shape, dtype, dropout", [
+    ((2, 4, 64, 128, 65, 4), "float32", 0.0),
+    ((2, 4, 64, 128, 65, 4), "bf16", 0.0),
+    ((1, 2, 64, 64, 65, 4), "float32", 0.1),
+    ((1, 2, 32, 32, 3000, 8), "float32", 0.0),  # the logits dominate
+], ids=["float32", "bf16", "dropout", "vocab"])
+def test_the_estimate_bounds_the_peak_of_real_training_steps(shape, dtype, dropout):
+    """NumPy reports its allocations to tracemalloc: the peak of building the model and
+    two AdamW steps (the second with the optimizer's state in place) is below the
+    estimate, and not far below: within a factor of two. (tracemalloc also counts the
+    Python objects made meanwhile, a few hundred kB the estimate leaves out: hence 0.9.)"""
+    L, H, C, T, V, B = shape
+    mt.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x, y = (mt.tensor(rng.integers(0, V, (B, T))) for _ in range(2))
+    tracemalloc.start()
+    try:
+        model = nn.GPT(nn.GPTConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H,
+                                    n_embd=C, dropout=dropout))
+        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
+        for _ in range(2):
+            with autocast("bf16", enabled=dtype == "bf16"):
+                _, loss = model(x, y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimate = estimate_memory(Workload("train", L, H, C, T, V, batch=B, dtype=dtype,
+                                        dropout=dropout)).total
+    assert 0.9 * peak <= estimate <= 2 * peak, (format_bytes(peak), format_bytes(estimate))
+
+
+def test_the_estimate_bounds_the_peak_of_generation():
+    L, H, C, T, V = 2, 4, 128, 256, 500
+    mt.manual_seed(0)
+    tracemalloc.start()
+    try:
+        model = nn.GPT(nn.GPTConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H,
+                                    n_embd=C)).eval()
+        model.generate(mt.tensor([[1, 2, 3]]), T + 5, 1.0, top_k=200)  # past the window
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimate = estimate_memory(Workload("generate", L, H, C, T, V)).total
+    assert 0.9 * peak <= estimate <= 2 * peak, (format_bytes(peak), format_bytes(estimate))
+
+
+def test_the_refusal_names_the_estimate_the_limit_and_what_drives_it():
+    work = Workload("train", 1000, 16, 1024, 1024, 50304, batch=64)
+    names = {"n_layer": "model.n_layer", "n_embd": "model.n_embd",
+             "block_size": "model.block_size", "batch": "train.batch_size",
+             "vocab_size": "model.vocab_size"}
+    with pytest.raises(MemoryLimitError) as info:
+        check_memory(estimate_memory(work), MemoryLimit(22_800_000_000, "available"), names)
+    message = str(info.value)
+    assert message.startswith("the model and one micro-batch need about ")
+    assert "over the 22.8 GB available; lower them, or pass --ignore-memory-check" in message
+    assert "model.n_layer=1000, model.n_embd=1024, model.block_size=1024, " \
+           "train.batch_size=64" in message
+    assert "model.vocab_size" not in message  # halving it would save little
+    assert "\n" not in message
+    check_memory(estimate_memory(work), MemoryLimit(10 ** 15, "available"), names)  # fits
+
+
+def test_an_evaluation_batch_larger_than_the_training_batch_is_what_counts():
+    train = Workload("train", 1, 2, 16, 64, 20000, batch=1)
+    assert estimate_memory(train).what == "the model and one micro-batch need"
+    evaluation = estimate_memory(dataclasses.replace(train, eval_batch=64))
+    assert evaluation.what == "the model and one evaluation batch need"
+    assert evaluation.total > estimate_memory(train).total
+
+
+def test_the_limit_is_the_config_key_then_the_variable_then_the_device(monkeypatch):
+    monkeypatch.setenv(LIMIT_VARIABLE, "2.5")
+    assert memory_limit(cpu, 1.5) == MemoryLimit(1_500_000_000, "set by system.memory_limit_gb")
+    assert memory_limit(cpu) == MemoryLimit(2_500_000_000, f"set by ${LIMIT_VARIABLE}")
+    monkeypatch.setenv(LIMIT_VARIABLE, "lots")
+    with pytest.raises(ValueError, match=f"{LIMIT_VARIABLE}: expected a number of GB > 0"):
+        memory_limit(cpu)
+    monkeypatch.delenv(LIMIT_VARIABLE)
+    free = memory_limit(cpu)  # whatever this machine has: only its form is checked
+    assert free.bytes > 0 and free.source
+
+
+def test_the_cpu_counts_an_address_space_limit_as_memory():
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30));"
+            "from minitorch_gpu.backend import cpu; print(*cpu.free_memory(), sep='|')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(), timeout=120)
+    room, source = done.stdout.strip().split("|")
+    assert 0 < int(room) < 1 << 30 and source == "left under the address-space limit (ulimit -v)"
+
+
+@pytest.mark.parametrize("value", [0, -1, ".inf", "lots"])
+def test_the_config_key_is_checked(workdir, value):
+    with pytest.raises(ConfigError, match="system.memory_limit_gb"):
+        load_config(workdir / "tiny.yaml", [f"system.memory_limit_gb={value}"])
+
+
+def test_format_bytes():
+    assert [format_bytes(n) for n in (512, 41_234_000_000, 3 * 10 ** 15, 48 * 10 ** 18,
+                                      10 ** 30)] == ["512 B", "41.2 GB", "3.0 PB", "48.0 EB",
+                                                     "1e+12 EB"]
+
+
+# --- absurd sizes through the CLI -------------------------------------------------------
+@pytest.mark.parametrize("setting", ["model.n_layer", "model.n_embd", "model.block_size",
+                                     "train.batch_size"])
+def test_absurd_sizes_are_refused_within_a_second_and_a_small_memory_ceiling(workdir,
+                                                                               setting):
+    done = run_cli("train", "tiny.yaml", "--set", f"{setting}={HUGE}", cwd=workdir,
+                   limited=True, timed=True, env=_env(**{LIMIT_VARIABLE: "8"}))
+    assert_one_line_refusal(done, "minitorch-gpu train: error: the model and one "
+                                  "micro-batch need about", f"{setting}={HUGE}",
+                            f"over the 8.0 GB set by ${LIMIT_VARIABLE}",
+                            "--ignore-memory-check")
+    assert float(done.stdout.strip().splitlines()[-1]) < 1.0
+    assert not (workdir / "cache").exists()  # refused before the data was read
+
+
+def test_profile_refuses_an_absurd_size_before_building(workdir):
+    done = run_cli("profile", "tiny.yaml", "--set", f"model.n_layer={HUGE}", cwd=workdir,
+                   limited=True, timed=True, env=_env(**{LIMIT_VARIABLE: "8"}))
+    assert_one_line_refusal(done, "the model and one forward pass need about",
+                            f"model.n_layer={HUGE}")
+    assert float(done.stdout.strip().splitlines()[-1]) < 1.0
+
+
+# --- the checkpoint's arrays against its metadata ----------------------------------------
+@pytest.mark.parametrize("claimed", [dict(n_layer=HUGE), dict(n_embd=HUGE),
+                                     dict(block_size=HUGE), dict(vocab_size=HUGE)],
+                         ids=["n_layer", "n_embd", "block_size", "vocab_size"])
+def test_a_crafted_checkpoint_claiming_a_huge_model_is_refused_in_one_line(tmp_path,
+                                                                          claimed):
+    tiny_gpt_checkpoint(tmp_path / "crafted.ckpt", **claimed)
+    done = run_cli("generate", "crafted.ckpt", cwd=tmp_path, limited=True, timed=True)
+    (key, value), = claimed.items()
+    assert_one_line_refusal(done, "minitorch-gpu generate: error: crafted.ckpt: the weights "
+                                  "do not fit the model it describes", f"{key} {value}",
+                            "but the whole file is")
+    assert float(done.stdout.strip().splitlines()[-1]) < 1.0
+
+
+@pytest.mark.parametrize("claimed, width, message", [
+    (dict(n_layer=HUGE), 16, f"holds a model with n_layer {HUGE}; the config asks for "
+                             "n_layer 1"),
+    (dict(n_embd=16, block_size=16), 8, "the weights do not fit the model it describes "
+                                        "(the metadata describes a GPT (n_layer 1, n_head 2, "
+                                        "n_embd 16, block_size 16, vocab_size 18)"),
+], ids=["n_layer", "arrays"])
+def test_resuming_from_a_crafted_checkpoint_is_refused_before_its_arrays_are_read(
+        workdir, claimed, width, message):
+    """last.ckpt claims the config's model with 10^9 layers, or claims the config's model
+    exactly while holding a narrower one's arrays."""
+    run_dir = workdir / "ckpts" / "tiny"
+    run_dir.mkdir(parents=True)
+    tiny_gpt_checkpoint(run_dir / "last.ckpt", (workdir / "corpus.txt").read_text(), width,
+                        **claimed)
+    done = run_cli("train", "tiny.yaml", "--resume", cwd=workdir, limited=True,
+                   env=_env(**{LIMIT_VARIABLE: "8"}))
+    assert_one_line_refusal(done, "minitorch-gpu train: error: train.resume: ", message)
+
+
+def _table(model: nn.GPT, **changes):
+    table = {key: (np.dtype(v.dtype), tuple(v.shape)) for key, v in model.state_dict().items()}
+    for key, value in changes.items():
+        if value is None:
+            del table[key]
+        else:
+            table[key] = value
+    return table
+
+
+@pytest.mark.parametrize("changes, dtype, message", [
+    ({"transformer.h.0.mlp.c_proj.bias": None}, np.float32,
+     "of 17 arrays, the file holds 16: 'transformer.h.0.mlp.c_proj.bias' is missing"),
+    ({"transformer.h.1.ln_1.weight": (np.dtype(np.float32), (8,))}, np.float32,
+     "of 17 arrays, the file holds 18: 'transformer.h.1.ln_1.weight' is not one of its"),
+    ({"transformer.wpe.weight": (np.dtype(np.float32), (9, 8))}, np.float32,
+     r"transformer.wpe.weight is \(9, 8\) in the file, \(8, 8\) in a GPT"),
+    ({"transformer.ln_f.bias": (np.dtype(np.float64), (8,))}, np.float32,
+     "transformer.ln_f.bias is float64 in the file, float32 by the metadata's dtype"),
+    ({"transformer.ln_f.bias": (np.dtype(np.int32), (8,))}, None,
+     "transformer.ln_f.bias is int32 in the file, expected a floating dtype"),
+], ids=["missing", "extra", "shape", "dtype", "not-float"])
+def test_the_array_table_check_names_what_differs(changes, dtype, message):
+    config = nn.GPTConfig(block_size=8, vocab_size=10, n_layer=1, n_head=2, n_embd=8)
+    table = _table(nn.GPT(config), **changes)
+    with pytest.raises(ValueError, match=message):
+        check_gpt_arrays(config, dtype, table, 10 ** 9)
+    check_gpt_arrays(config, np.float32, _table(nn.GPT(config)), 10 ** 9)  # the real one
+
+
+def test_a_checkpoint_whose_arrays_are_another_models_is_refused_before_loading(tmp_path):
+    """The metadata says 2 layers, the file holds a 1-layer model's arrays (and enough
+    bytes for 2 layers' parameters, padded by an optimizer state): named, one line."""
+    tokenizer = CharTokenizer.from_text("abcdefgh \n")
+    small = nn.GPT(nn.GPTConfig(block_size=8, vocab_size=tokenizer.vocab_size, n_layer=1,
+                                n_head=2, n_embd=8))
+    claimed = nn.GPTConfig(block_size=8, vocab_size=tokenizer.vocab_size, n_layer=2,
+                           n_head=2, n_embd=8)
+    save_checkpoint(tmp_path / "x.ckpt", small.state_dict(), {"padding": np.zeros(10_000)},
+                    {"model_config": dataclasses.asdict(claimed),
+                     "tokenizer": tokenizer.to_json(), "dtype": "float32"})
+    with pytest.raises(CheckpointError, match="of 29 arrays, the file holds 17: "
+                                              "'transformer.h.1.ln_1.weight' is missing"):
+        load_for_inference(tmp_path / "x.ckpt")
+
+
+def test_the_memory_check_of_a_checkpoint_runs_before_its_arrays_are_read(tmp_path,
+                                                                        monkeypatch):
+    tiny_gpt_checkpoint(tmp_path / "ok.ckpt")
+    read = []
+    import minitorch_gpu.checkpoint as checkpoint_module
+    real = checkpoint_module._read_array
+    monkeypatch.setattr(checkpoint_module, "_read_array",
+                        lambda archive, entry, size: read.append(entry["file"]) or
+                        real(archive, entry, size))
+
+    def refuse(config, meta):
+        assert config.n_layer == 1 and meta["dtype"] == "float32" and not read
+        raise MemoryLimitError("too big")
+
+    with pytest.raises(MemoryLimitError, match="too big"):
+        load_for_inference(tmp_path / "ok.ckpt", check_memory=refuse)
+    assert read == []
+
+
+# --- the override -------------------------------------------------------------------------
+def test_the_flag_lets_a_run_the_limit_refuses_go_ahead(workdir):
+    tight = ("--set", "system.memory_limit_gb=0.000001")  # 1 kB
+    refused = run_cli("train", "tiny.yaml", *tight, cwd=workdir)
+    assert_one_line_refusal(refused, "over the 1.0 kB set by system.memory_limit_gb")
+    done = run_cli("train", "tiny.yaml", *tight, "--overwrite", "--ignore-memory-check",
+                   cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert (workdir / "ckpts" / "tiny" / "last.ckpt").exists()
+
+    tight_env = _env(**{LIMIT_VARIABLE: "0.000001"})
+    run_dir = workdir / "ckpts" / "tiny"
+    refused = run_cli("generate", run_dir, "--max-new-tokens", "5", cwd=workdir,
+                      env=tight_env)
+    assert_one_line_refusal(refused, "minitorch-gpu generate: error: ",
+                            f"over the 1.0 kB set by ${LIMIT_VARIABLE}",
+                            "pass --ignore-memory-check")
+    done = run_cli("generate", run_dir, "--max-new-tokens", "5", "--ignore-memory-check",
+                   cwd=workdir, env=tight_env)
+    assert done.returncode == 0 and len(done.stdout) > 1, done.stderr
+
+
+# --- MemoryError as one line ----------------------------------------------------------------
+def test_an_allocation_past_the_ceiling_in_train_is_one_line(workdir):
+    """--ignore-memory-check lets a 40,000-wide model through; the first weight matrix
+    (120000 x 40000 floats) is past the child's address space."""
+    done = run_cli("train", "tiny.yaml", "--set", "model.n_embd=40000",
+                   "--ignore-memory-check", cwd=workdir, limited=True)
+    assert_one_line_refusal(done, "minitorch-gpu train: out of memory: Unable to allocate")
+
+
+@pytest.mark.parametrize("command, target, argv", [
+    ("generate", "minitorch_gpu.inference.load_for_inference", ["generate", "x.ckpt"]),
+    ("prepare", "minitorch_gpu.data.prepare", ["prepare", "tiny.yaml"]),
+    ("bench", "minitorch_gpu.bench.run_bench", ["bench", "--quick", "--ignore-memory-check"]),
+])
+def test_a_memory_error_in_any_command_is_one_line(workdir, monkeypatch, capsys, command,
+                                                   target, argv):
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 7.45 GiB for an array with shape (1000000000, "
+                          "2) and data type float32")
+
+    module, name = target.rsplit(".", 1)
+    monkeypatch.setattr(sys.modules[module] if module in sys.modules else
+                        __import__(module, fromlist=[name]), name, out_of_memory)
+    monkeypatch.chdir(workdir)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"minitorch-gpu {command}: out of memory: "
+                                               "Unable to allocate 7.45 GiB"), err
