@@ -241,6 +241,8 @@ def plot_runs(runs: Sequence[RunMetrics], out: Union[str, Path], *, dpi: int = 1
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(True, alpha=0.3)
+    for ax in (speed_ax, mfu_ax):  # from 0: a few percent of noise looks like a few percent
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
     by_tokens.xaxis.set_major_formatter(EngFormatter())
     speed_ax.yaxis.set_major_formatter(EngFormatter())
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
