@@ -31,7 +31,7 @@ __all__ = ["autocast", "autocast_dtype", "LOWER_PRECISION_OPS", "FLOAT32_OPS"]
 
 # the ops that run in the autocast dtype, and those that always compute in float32
 LOWER_PRECISION_OPS = ("matmul", "linear", "scaled_dot_product_attention")
-FLOAT32_OPS = ("layer_norm", "softmax", "log_softmax", "cross_entropy")
+FLOAT32_OPS = ("layer_norm", "softmax", "log_softmax", "cross_entropy", "rms_norm")
 
 _SUPPORTED = (dtypes.bfloat16,)
 

@@ -6,3 +6,9 @@ from .ops import (cross_entropy, dropout, embedding, gelu, layer_norm, linear, l
 
 __all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "linear",
            "log_softmax", "packed_causal_attention", "relu", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
+from .ops import (binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, normalize,
+                  rms_norm)
+__all__ += ["binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss",
+            "normalize", "rms_norm"]
+from .ops import one_hot, pad
+__all__ += ["one_hot", "pad"]

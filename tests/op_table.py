@@ -253,6 +253,40 @@ case("triu-below", lambda x: mt.triu(x, diagonal=-1), lambda x: np.triu(x, -1), 
 case("sigmoid-large", lambda x: (x * 40).sigmoid(), lambda x: 1.0 / (1.0 + np.exp(-40 * x)),
      Float((3, 5)))
 
+# --- activations (ops/activations.py) ------------------------------------------------------
+def _sigmoid_ref(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def _softplus_ref(x: np.ndarray, beta: float = 1.0, threshold: float = 20.0) -> np.ndarray:
+    return np.where(beta * x > threshold, x, np.logaddexp(0.0, beta * x) / beta)
+
+
+ACTIVATIONS = [  # (name, fn, ref, dist, offset, in the float32 subset)
+    ("silu", F.silu, lambda x: x * _sigmoid_ref(x), "normal", 0.0, True),
+    ("softplus", F.softplus, _softplus_ref, "normal", 0.0, True),
+    # beta 2, threshold 1: x = 0.5 is the switch; the grid shifted by 0.05 stays clear of it
+    ("softplus-beta-threshold", lambda x: F.softplus(x, beta=2.0, threshold=1.0),
+     lambda x: _softplus_ref(x, 2.0, 1.0), "distinct", 0.05, False),
+    ("logsigmoid", F.logsigmoid, lambda x: -np.logaddexp(0.0, -x), "normal", 0.0, True),
+    ("leaky-relu", lambda x: F.leaky_relu(x, 0.2), lambda x: np.where(x > 0, x, 0.2 * x),
+     "distinct", 0.05, True),
+    ("elu", lambda x: F.elu(x, alpha=1.5), lambda x: np.where(x > 0, x, 1.5 * np.expm1(x)),
+     "distinct", 0.05, True),
+    ("hardtanh", lambda x: F.hardtanh(x, -0.3, 0.4), lambda x: np.clip(x, -0.3, 0.4),
+     "distinct", 0.05, True),
+    ("mish", F.mish, lambda x: x * np.tanh(np.logaddexp(0.0, x)), "normal", 0.0, True),
+]
+for _name, _fn, _ref, _dist, _offset, _float32 in ACTIVATIONS:
+    case(f"{_name}-odd", _fn, _ref, Float((3, 5), _dist, _offset), float32=_float32)
+    case(f"{_name}-3d", _fn, _ref, Float((2, 3, 4), _dist, _offset))
+    case(f"{_name}-0d", _fn, _ref, Float((), _dist, _offset))
+# x * 30 reaches +-100: no overflow, and the gradient stays finite
+for _name, _fn, _ref, _dist, _offset, _float32 in ACTIVATIONS:
+    if _dist == "normal":
+        case(f"{_name}-large", lambda x, f=_fn: f(x * 30), lambda x, r=_ref: r(x * 30),
+             Float((3, 5)))
+
 # --- elementwise: selection ---------------------------------------------------------------
 MASK_3x4 = np.array([[True, False, True, True], [False, False, True, False],
                      [True, True, False, False]])

@@ -19,3 +19,5 @@ __all__ = ["GELU", "GPT", "Block", "CausalSelfAttention", "CrossEntropyLoss", "D
            "Linear", "MLP", "Module", "ModuleDict", "ModuleList", "PackedCausalAttention",
            "Parameter", "ReLU", "RemovableHandle", "ScaledDotProductAttention", "Sequential",
            "Tanh", "functional", "init", "sample_next_token", "utils"]
+from .layers import LogSoftmax, RMSNorm, Softmax
+__all__ += ["LogSoftmax", "RMSNorm", "Softmax"]

@@ -227,3 +227,62 @@ class Identity(Module):
 
     def forward(self, x: Any) -> Any:
         return x
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalization over the trailing ``normalized_shape`` dims, scaled by
+    ``weight`` (ones at first), as torch.nn.RMSNorm; ``eps`` None: the input dtype's machine
+    epsilon."""
+
+    def __init__(self, normalized_shape: Union[int, Sequence[int]], eps: Optional[float] = None,
+                 elementwise_affine: bool = True, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) \
+            else tuple(normalized_shape)
+        for n in shape:
+            _positive_int(n, "RMSNorm", "normalized_shape")
+        if eps is not None and not eps > 0:
+            raise ValueError(f"RMSNorm: eps must be > 0 or None, got {eps}")
+        self.normalized_shape = shape
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(empty(*shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class Softmax(Module):
+    """softmax along ``dim``, as torch.nn.Softmax (``dim`` is required here: PyTorch's
+    implicit choice is deprecated)."""
+
+    def __init__(self, dim: Optional[int] = None) -> None:
+        super().__init__()
+        if dim is None:
+            raise ValueError("Softmax: give dim (the dim whose entries sum to 1)")
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    """log_softmax along ``dim``, as torch.nn.LogSoftmax."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, self.dim)

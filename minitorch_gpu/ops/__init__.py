@@ -13,8 +13,9 @@ from .reduce import (all, amax, amin, any, argmax, argmin, cumsum, max, mean, mi
 from .sorting import multinomial, sort, topk
 from .matmul import linear, matmul
 from .softmax import log_softmax, softmax
-from .normalization import layer_norm
-from .loss import cross_entropy
+from .normalization import layer_norm, normalize, rms_norm
+from .loss import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
+                   nll_loss)
 from .embedding import embedding
 from .dropout import dropout
 from .attention import packed_causal_attention, scaled_dot_product_attention

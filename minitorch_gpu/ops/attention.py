@@ -78,7 +78,9 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
         result, lse = kernels.flash_attention_forward(q, k, v, causal, scale)
         return _into(out, result.astype(q.dtype, copy=False)), (result, lse)
     if mask is None and dropout_p == 0.0 and k.shape[-2] >= TILED_FROM and \
-            q.dtype == k.dtype == v.dtype and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+            q.dtype == k.dtype == v.dtype and k.shape[:-2] == v.shape[:-2] and \
+            np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) == q.shape[:-2]:
+        # k, v may be broadcast over q's batch (grouped-query attention's group dim)
         ctx.path = "tiled"  # memory-efficient: never more than a tile of the scores
         result, lse = tiled_attention_forward(xp, ctx.backend.matmul, widened(q), widened(k),
                                               widened(v), causal, scale)
@@ -310,8 +312,8 @@ def packed_causal_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0) ->
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Optional[Tensor] = None, dropout_p: float = 0.0,
-                                 is_causal: bool = False,
-                                 scale: Optional[float] = None) -> Tensor:
+                                 is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False) -> Tensor:
     """Attention over the last two dims: query (..., L, E), key (..., S, E), value (..., S, Ev)
     -> (..., L, Ev), as torch.nn.functional.scaled_dot_product_attention.
 
@@ -319,7 +321,19 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     (..., L, S); a query it leaves no key to attend to gets zeros, not nan. ``is_causal``
     masks keys after each query (top-left aligned when L != S). ``dropout_p`` applies
     dropout to the attention weights; pass 0 in evaluation.
+
+    ``enable_gqa``: grouped-query attention, query (..., Hq, L, E) over key and value
+    (..., Hkv, S, E) with Hq a multiple of Hkv, query head h using kv head h // (Hq / Hkv),
+    as PyTorch's. The keys and values are never repeated: the query becomes
+    (..., Hkv, G, L, E) and k, v (..., Hkv, 1, S, E) broadcast over the group dim G in
+    the batched products (full, tiled and CUDA dense paths), whose k, v gradients sum over
+    it. The flash kernels take identical batch dims only, so long GQA on CUDA (past the
+    dense path's memory budget) runs tiled.
     """
+    if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and value.ndim >= 3 and \
+            not query.shape[-3] == key.shape[-3] == value.shape[-3]:
+        return _grouped_query_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                        scale)
     for name, t in (("query", query), ("key", key), ("value", value)):
         require_tensor(t, "scaled_dot_product_attention", name)
         require_float(t, "scaled_dot_product_attention", name)
@@ -356,3 +370,30 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     query, key, value = autocast_lower(query, key, value)
     return ScaledDotProductAttention.apply(query, key, value, mask, bool(is_causal),
                                            float(scale), float(dropout_p))
+
+
+def _grouped_query_attention(query: Tensor, key: Tensor, value: Tensor,
+                             attn_mask: Optional[Tensor], dropout_p: float, is_causal: bool,
+                             scale: Optional[float]) -> Tensor:
+    """scaled_dot_product_attention(enable_gqa=True) when the head counts differ: the query's
+    heads split as (Hkv, G), k and v given a group dim of 1 (views, no repeats)."""
+    hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+    if hk != hv or hq % hk:
+        raise ValueError(f"scaled_dot_product_attention: enable_gqa needs key and value with "
+                         f"the same number of heads, dividing the query's: query "
+                         f"{tuple(query.shape)}, key {tuple(key.shape)}, value "
+                         f"{tuple(value.shape)}")
+    group = hq // hk
+    q_grouped = query.reshape(*query.shape[:-3], hk, group, *query.shape[-2:])  # (..., Hkv, G, L, E)
+    k_grouped, v_grouped = key.unsqueeze(-3), value.unsqueeze(-3)  # (..., Hkv, 1, S, E)
+    mask = attn_mask
+    if mask is not None and mask.ndim >= 3 and mask.shape[-3] != 1:
+        if mask.shape[-3] != hq:
+            raise ValueError(f"scaled_dot_product_attention: attn_mask of shape "
+                             f"{tuple(mask.shape)} does not broadcast over {hq} query heads")
+        mask = mask.reshape(*mask.shape[:-3], hk, group, *mask.shape[-2:])
+    elif mask is not None and mask.ndim >= 3:
+        mask = mask.unsqueeze(-3)  # (..., 1, 1, L, S)
+    out = scaled_dot_product_attention(q_grouped, k_grouped, v_grouped, mask, dropout_p,
+                                       is_causal, scale)  # (..., Hkv, G, L, Ev)
+    return out.reshape(*out.shape[:-4], hq, *out.shape[-2:])

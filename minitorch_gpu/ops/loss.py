@@ -12,10 +12,13 @@ range check is the backend's (``check_in_range``: at once on the CPU, deferred o
 """
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import autocast_float32, require_float, require_tensor
+from ._util import (autocast_float32, check_broadcast, require_float, require_tensor,
+                    unbroadcast)
 from .softmax import working_copy
 
 
@@ -89,9 +92,13 @@ class CrossEntropy(Function):
 
 
 def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,  # noqa: A002
-                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+                  reduction: str = "mean", label_smoothing: float = 0.0,
+                  weight: Optional[Tensor] = None) -> Tensor:
     """Cross-entropy between logits ``input`` (N, C) or (N, C, d1, ...) and class ids
-    ``target`` (N,) or (N, d1, ...), as torch.nn.functional.cross_entropy.
+    ``target`` (N,) or (N, d1, ...), or class probabilities ``target`` of the input's shape
+    (a float tensor), as torch.nn.functional.cross_entropy. ``weight`` (C,) weighs the
+    classes (class ids without label smoothing only; keyword, as ``ignore_index`` keeps
+    the third place here).
 
     >>> loss = cross_entropy(logits.view(-1, vocab), targets.view(-1))
     """
@@ -99,13 +106,21 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,  # no
     require_tensor(target, "cross_entropy", "target")
     require_float(input, "cross_entropy")
     input = autocast_float32(input)  # noqa: A001
-    if not dtypes.is_integer(target.dtype):
-        raise TypeError(f"cross_entropy: target must hold integer class ids, got {target.dtype}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got "
                          f"{reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if dtypes.is_floating(target.dtype) and weight is None:
+        return _soft_cross_entropy(input, target, reduction, label_smoothing)
+    if not dtypes.is_integer(target.dtype):
+        raise TypeError(f"cross_entropy: target must hold integer class ids (or float class "
+                        f"probabilities of the input's shape), got {target.dtype}")
+    if weight is not None:
+        if label_smoothing:
+            raise ValueError("cross_entropy: weight with label_smoothing is not supported")
+        return nll_loss(input.log_softmax(0 if input.ndim == 1 else 1), target, weight,
+                        ignore_index, reduction)
     if input.ndim < 1:
         raise ValueError("cross_entropy: input must have a class dim")
     if input.ndim == 1:  # one sample: (C,) with a scalar target
@@ -135,3 +150,187 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,  # no
     if reduction == "none":
         loss = loss.reshape(expected)
     return loss
+
+
+def _reduce(loss: Tensor, reduction: str, op: str) -> Tensor:
+    """``loss`` summed, averaged over its elements, or as it is."""
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.mean()
+    raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _soft_cross_entropy(input: Tensor, target: Tensor, reduction: str,  # noqa: A002
+                        label_smoothing: float) -> Tensor:
+    """Cross-entropy against class probabilities ``target`` of the logits' shape: the mean
+    over samples (and extra dims) of -sum_c target_c log p_c, as PyTorch. Not the GPT's hot
+    path, so composed of log_softmax, a product and a sum."""
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"cross_entropy: probability targets must have the input's shape "
+                         f"{tuple(input.shape)}, got {tuple(target.shape)}")
+    class_dim = 0 if input.ndim == 1 else 1
+    if label_smoothing:
+        target = target * (1.0 - label_smoothing) + label_smoothing / input.shape[class_dim]
+    loss = -(input.log_softmax(class_dim) * target).sum(class_dim)  # (N, d1, ...)
+    return _reduce(loss, reduction, "cross_entropy")
+
+
+class NLLLoss(Function):
+    """-weight[t] * input[i, t] for each row i of log-probabilities (M, C) with class id t;
+    backward scatters the gradient back to the picked entries."""
+
+    @staticmethod
+    def forward(ctx, logp, target, weight, ignore_index, reduction):
+        xp = ctx.xp
+        valid = target != ignore_index
+        safe = xp.where(valid, target, 0)
+        rows = xp.arange(target.shape[0])
+        w = (weight[safe] if weight is not None else xp.ones(target.shape, logp.dtype)) * valid
+        w = w.astype(logp.dtype, copy=False)
+        loss = -logp[rows, safe] * w  # (M,)
+        ctx.save_for_backward(safe, w)
+        ctx.logp_shape, ctx.reduction = logp.shape, reduction
+        if reduction == "none":
+            return loss
+        total = loss.sum()
+        if reduction == "mean":
+            ctx.divisor = w.sum()  # a device array; 0 gives nan, as PyTorch
+            total = total / ctx.divisor
+        return xp.asarray(total, dtype=logp.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        safe, w = ctx.saved_tensors
+        scale = grad / ctx.divisor if ctx.reduction == "mean" else grad
+        grad_logp = xp.zeros(ctx.logp_shape, dtype=w.dtype)
+        grad_logp[xp.arange(safe.shape[0]), safe] = -w * scale
+        return grad_logp, None, None, None, None
+
+
+def _class_rows(input: Tensor, target: Tensor, op: str) -> tuple:  # noqa: A002
+    """``input`` (N, C, d1, ...) or (C,) as (M, C) rows and ``target`` as (M,) ids, checked;
+    and the shape a 'none' reduction returns."""
+    if input.ndim < 1:
+        raise ValueError(f"{op}: input must have a class dim")
+    expected = () if input.ndim == 1 else (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != expected:
+        raise ValueError(f"{op}: target has shape {tuple(target.shape)}, expected {expected} "
+                         f"for input of shape {tuple(input.shape)}")
+    rows = input.unsqueeze(0) if input.ndim == 1 else input
+    if input.ndim > 2:
+        rows = input.permute((0, *range(2, input.ndim), 1))
+    classes = input.shape[0] if input.ndim == 1 else input.shape[1]
+    return rows.reshape(-1, classes), expected, classes
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Optional[Tensor] = None,  # noqa: A002
+             ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    """Negative log-likelihood of log-probabilities ``input`` (N, C) or (N, C, d1, ...) at
+    class ids ``target``, weighted per class by ``weight`` (C,), as
+    torch.nn.functional.nll_loss: the weighted mean divides by the targets' summed weights."""
+    require_tensor(input, "nll_loss")
+    require_tensor(target, "nll_loss", "target")
+    require_float(input, "nll_loss")
+    if not dtypes.is_integer(target.dtype):
+        raise TypeError(f"nll_loss: target must hold integer class ids, got {target.dtype}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"nll_loss: reduction must be 'mean', 'sum' or 'none', got "
+                         f"{reduction!r}")
+    rows, expected, classes = _class_rows(input, target, "nll_loss")
+    if weight is not None:
+        require_tensor(weight, "nll_loss", "weight")
+        if tuple(weight.shape) != (classes,):
+            raise ValueError(f"nll_loss: weight must have shape ({classes},), got "
+                             f"{tuple(weight.shape)}")
+    ids = target.data
+    target._backend.check_in_range(ids, classes, "nll_loss: target id",
+                                   f"is out of range for {classes} classes (expected 0 <= "
+                                   f"id < {classes} or ignore_index {ignore_index})",
+                                   ignore=ignore_index)
+    xp = input._backend.xp
+    loss = NLLLoss.apply(rows, xp.reshape(ids, (-1,)),
+                         None if weight is None else weight.data, ignore_index, reduction)
+    return loss.reshape(expected) if reduction == "none" else loss
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None,  # noqa: A002
+                         reduction: str = "mean") -> Tensor:
+    """-(t log x + (1 - t) log(1 - x)) of probabilities ``input`` and targets of its shape,
+    each log clamped at -100 as PyTorch's; ``weight`` broadcasts to the input."""
+    require_tensor(input, "binary_cross_entropy")
+    require_float(input, "binary_cross_entropy")
+    target = _same_shape_target(input, target, "binary_cross_entropy")
+    loss = -(target * input.log().clamp(min=-100.0)
+             + (1.0 - target) * (1.0 - input).log().clamp(min=-100.0))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def _same_shape_target(input: Tensor, target: Any, op: str) -> Tensor:  # noqa: A002
+    require_tensor(target, op, "target")
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"{op}: target has shape {tuple(target.shape)}, expected the "
+                         f"input's {tuple(input.shape)}")
+    return target if dtypes.is_floating(target.dtype) else target.to(input.dtype)
+
+
+class BinaryCrossEntropyWithLogits(Function):
+    """(1 - t) x + (1 + (pw - 1) t) softplus(-x), elementwise, with softplus(-x) written
+    as log1p(exp(-|x|)) + max(-x, 0), which never overflows:
+        d/dx = (1 - t) - (1 + (pw - 1) t) sigmoid(-x),
+        d/dt = -x + (pw - 1) softplus(-x),   d/dpw = t softplus(-x)."""
+
+    @staticmethod
+    def forward(ctx, x, t, pos_weight):
+        xp = ctx.xp
+        softplus_neg = xp.log1p(xp.exp(-xp.abs(x))) + xp.maximum(-x, 0)
+        coeff = 1.0 + (pos_weight - 1.0) * t if pos_weight is not None else 1.0
+        ctx.save_for_backward(x, t, pos_weight, softplus_neg)
+        return ((1.0 - t) * x + coeff * softplus_neg).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        x, t, pos_weight, softplus_neg = ctx.saved_tensors
+        need_x, need_t, need_pw = ctx.needs_input_grad[:3]
+        grad_x = grad_t = grad_pw = None
+        if need_x:
+            coeff = 1.0 + (pos_weight - 1.0) * t if pos_weight is not None else 1.0
+            grad_x = grad * ((1.0 - t) - coeff * _sigmoid(xp, -x))
+        if need_t:
+            extra = (pos_weight - 1.0) * softplus_neg if pos_weight is not None else 0.0
+            grad_t = grad * (extra - x)
+        if need_pw:
+            grad_pw = unbroadcast(grad * t * softplus_neg, pos_weight.shape)
+        return grad_x, grad_t, grad_pw
+
+
+def _sigmoid(xp: Any, z: Any) -> Any:
+    """1 / (1 + exp(-z)) without overflow for large |z|."""
+    e = xp.exp(-xp.abs(z))
+    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,  # noqa: A002
+                                     weight: Optional[Tensor] = None, reduction: str = "mean",
+                                     pos_weight: Optional[Tensor] = None) -> Tensor:
+    """Binary cross-entropy of logits ``input`` (sigmoid inside, numerically stable) and
+    targets of its shape, as torch.nn.functional.binary_cross_entropy_with_logits:
+    ``pos_weight`` weighs the positive term and broadcasts over the last (class) dim,
+    ``weight`` weighs each element."""
+    require_tensor(input, "binary_cross_entropy_with_logits")
+    require_float(input, "binary_cross_entropy_with_logits")
+    target = _same_shape_target(input, target, "binary_cross_entropy_with_logits")
+    if pos_weight is not None:
+        require_tensor(pos_weight, "binary_cross_entropy_with_logits", "pos_weight")
+        check_broadcast("binary_cross_entropy_with_logits (pos_weight)",
+                        tuple(pos_weight.shape), tuple(input.shape))
+    loss = BinaryCrossEntropyWithLogits.apply(input, target, pos_weight)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy_with_logits")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Union
 
+import ml_dtypes
+
 from ..autograd import Function
 from ..tensor import Tensor
 from ._util import autocast_float32, require_float, require_tensor, widened
@@ -98,3 +100,76 @@ def layer_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
             raise ValueError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected {shape}")
     axes = tuple(range(x.ndim - len(shape), x.ndim))
     return LayerNorm.apply(x, weight, bias, axes, eps)
+
+
+class RMSNorm(Function):
+    """y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps) over the trailing dims; one
+    node, statistics in float32 or wider. Backward, with x_hat = x * rstd and
+    g_hat = grad * weight: dx = rstd * (g_hat - x_hat * mean(g_hat * x_hat)),
+    dweight = sum over rows of grad * x_hat."""
+
+    @staticmethod
+    def forward(ctx, x, weight, n, eps):
+        xp = ctx.xp
+        rows = widened(x).reshape(-1, n)  # (R, n)
+        rstd = xp.einsum("ij,ij->i", rows, rows)[:, None]  # (R, 1)
+        rstd *= 1.0 / n
+        rstd += eps
+        rstd = 1.0 / xp.sqrt(rstd)
+        out = rows * rstd
+        if weight is not None:
+            out *= weight.reshape(-1)
+        ctx.save_for_backward(x, rstd, weight)
+        ctx.n = n
+        return out.reshape(x.shape).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        x, rstd, weight = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[:2]
+        x_hat = widened(x).reshape(-1, ctx.n) * rstd  # (R, n)
+        g = grad.reshape(-1, ctx.n)
+        grad_w = xp.einsum("ij,ij->j", g, x_hat).reshape(weight.shape) if need_w else None
+        grad_x = None
+        if need_x:
+            g_hat = g * weight.reshape(-1) if weight is not None else g.copy()
+            x_hat *= xp.einsum("ij,ij->i", g_hat, x_hat)[:, None] / ctx.n
+            g_hat -= x_hat
+            g_hat *= rstd
+            grad_x = g_hat.reshape(x.shape)
+        return grad_x, grad_w, None, None
+
+
+def rms_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
+             weight: Optional[Tensor] = None, eps: Optional[float] = None) -> Tensor:
+    """Root-mean-square normalization over the trailing ``normalized_shape`` dims, scaled
+    by ``weight``, as torch.nn.functional.rms_norm (``eps`` None: the dtype's machine
+    epsilon). Float32 statistics under autocast, as layer_norm."""
+    require_tensor(x, "rms_norm")
+    require_float(x, "rms_norm")
+    x = autocast_float32(x)
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or len(shape) > x.ndim or tuple(x.shape[x.ndim - len(shape):]) != shape:
+        raise ValueError(f"rms_norm: normalized_shape {shape} does not match the trailing "
+                         f"dims of the input's shape {tuple(x.shape)}")
+    if weight is not None and tuple(weight.shape) != shape:
+        raise ValueError(f"rms_norm: weight has shape {tuple(weight.shape)}, expected {shape}")
+    if eps is None:
+        eps = float(ml_dtypes.finfo(x.dtype).eps)
+    return RMSNorm.apply(x, weight, math.prod(shape), float(eps))
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1,  # noqa: A002
+              eps: float = 1e-12) -> Tensor:
+    """``input`` divided by its p-norm along ``dim``, the norm clamped below at ``eps``, as
+    torch.nn.functional.normalize."""
+    require_tensor(input, "normalize")
+    require_float(input, "normalize")
+    if p == 2:
+        norm = (input * input).sum(dim, keepdim=True).sqrt()
+    elif p == 1:
+        norm = input.abs().sum(dim, keepdim=True)
+    else:
+        norm = (input.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
+    return input / norm.clamp(min=eps)

@@ -1,0 +1,248 @@
+"""Activations beyond GELU/ReLU: silu, softplus, logsigmoid, leaky_relu, elu, hardtanh, mish.
+
+Each is one Function whose forward computes, when a gradient is wanted, its local
+derivative in the same chain as the value and saves only that (backward is then one
+multiplication), as GELU does. silu/softplus/logsigmoid/mish never overflow: exp only
+ever sees non-positive arguments (or arguments capped at softplus's threshold), and
+logaddexp does the softplus inside mish. bf16/fp16 inputs are
+computed in float32 and the result rounded back.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..autograd import Function
+from ..backend.threads import row_pieces, run_split
+from ..tensor import Tensor
+from ._util import require_float, require_tensor, widened
+
+
+def _float_activation(a: Any, op: str) -> Tensor:
+    """PyTorch's activations take floating inputs only ("not implemented for 'Long'")."""
+    require_tensor(a, op)
+    require_float(a, op)
+    return a
+
+
+def _sigmoid_into(xp: Any, x: Any, s: Any, scratch: Any) -> None:
+    """sigmoid(x) into ``s``, as exp(min(x, 0)) / (1 + exp(-|x|)): exp never overflows and
+    the tail keeps its relative accuracy (0.5 (1 + tanh(x / 2)) rounds silu(-20) to 0 in
+    float32). ``scratch`` is a buffer of x's shape, overwritten."""
+    xp.minimum(x, 0, out=s)
+    xp.exp(s, out=s)
+    xp.abs(x, out=scratch)
+    xp.negative(scratch, out=scratch)
+    xp.exp(scratch, out=scratch)
+    scratch += 1
+    s /= scratch
+
+
+class Silu(Function):
+    """x * sigmoid(x): Llama's MLP activation (SwiGLU), so one fused chain in place in two
+    buffers (three with the gradient), split by rows over the cores for long inputs.
+
+    The derivative s (1 + x (1 - s)) is computed in the forward chain and saved instead
+    of x.
+    """
+
+    @staticmethod
+    def forward(ctx, a):
+        xp = ctx.xp
+        x = widened(a)
+        need_grad = ctx.needs_input_grad[0]
+        out, scratch = xp.empty_like(x), xp.empty_like(x)  # (a 0-d result stays an array)
+        local = xp.empty_like(x) if need_grad else None
+
+        def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
+            x_, s = x[r], out[r]
+            _sigmoid_into(xp, x_, s, scratch[r])
+            if need_grad:
+                d = local[r]
+                xp.subtract(1, s, out=d)
+                d *= x_
+                d += 1
+                d *= s  # s (1 + x (1 - s))
+            s *= x_
+
+        run_split(rows, row_pieces(x))
+        ctx.save_for_backward(local)
+        return out.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (local,) = ctx.saved_tensors
+        return grad * local
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002 - torch's name
+    """x * sigmoid(x) (also called swish). ``inplace`` is accepted for PyTorch's signature;
+    the result is always a new tensor."""
+    return Silu.apply(_float_activation(input, "silu"))
+
+
+class Softplus(Function):
+    """log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (as PyTorch)."""
+
+    @staticmethod
+    def forward(ctx, a, beta, threshold):
+        xp = ctx.xp
+        x = widened(a)
+        bx = x * beta
+        linear = bx > threshold
+        z = xp.exp(xp.minimum(bx, threshold))  # capped: no overflow where it is unused
+        out = xp.log1p(z)
+        if beta != 1:
+            out /= beta
+        out = xp.where(linear, x, out)
+        if ctx.needs_input_grad[0]:  # sigmoid(beta x) = z / (1 + z), 1 on the linear part
+            ctx.save_for_backward(xp.where(linear, xp.ones((), dtype=z.dtype), z / (z + 1)))
+        return out.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (local,) = ctx.saved_tensors
+        return grad * local, None, None
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
+    """A smooth relu: log(1 + exp(beta x)) / beta, linear where beta x > threshold."""
+    return Softplus.apply(_float_activation(input, "softplus"), float(beta), float(threshold))
+
+
+class LogSigmoid(Function):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): exp never sees a positive argument."""
+
+    @staticmethod
+    def forward(ctx, a):
+        xp = ctx.xp
+        x = widened(a)
+        e = xp.empty_like(x)  # (a 0-d result stays an array, for the in-place chain)
+        xp.abs(x, out=e)
+        xp.negative(e, out=e)
+        xp.exp(e, out=e)  # exp(-|x|) in (0, 1]
+        out = xp.minimum(x, 0) - xp.log1p(e)
+        if ctx.needs_input_grad[0]:  # 1 - sigmoid(x): e/(1+e) for x >= 0, 1/(1+e) below
+            denominator = e + 1
+            local = xp.where(x >= 0, e, xp.ones((), dtype=e.dtype))
+            local /= denominator
+            ctx.save_for_backward(local)
+        return out.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (local,) = ctx.saved_tensors
+        return grad * local
+
+
+def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    """log(sigmoid(x)), finite for every finite x."""
+    return LogSigmoid.apply(_float_activation(input, "logsigmoid"))
+
+
+class LeakyRelu(Function):
+    @staticmethod
+    def forward(ctx, a, negative_slope):
+        xp = ctx.xp
+        positive = a > 0
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward(positive)
+        ctx.negative_slope = negative_slope
+        return xp.where(positive, a, a * negative_slope).astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (positive,) = ctx.saved_tensors
+        return ctx.xp.where(positive, grad, grad * ctx.negative_slope), None
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01,  # noqa: A002
+               inplace: bool = False) -> Tensor:
+    """x for x > 0, else negative_slope * x."""
+    return LeakyRelu.apply(_float_activation(input, "leaky_relu"), float(negative_slope))
+
+
+class Elu(Function):
+    @staticmethod
+    def forward(ctx, a, alpha):
+        xp = ctx.xp
+        x = widened(a)
+        positive = x > 0
+        clipped = xp.minimum(x, 0)  # exp of x <= 0: no overflow
+        negative_part = xp.expm1(clipped)
+        if ctx.needs_input_grad[0]:  # 1 above 0, alpha exp(x) at and below (not expm1 + 1,
+            local = xp.exp(clipped)  # which cancels far below 0)
+            local *= alpha
+            ctx.save_for_backward(xp.where(positive, xp.ones((), dtype=x.dtype), local))
+        negative_part *= alpha
+        return xp.where(positive, x, negative_part).astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (local,) = ctx.saved_tensors
+        return grad * local, None
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x for x > 0, else alpha (exp(x) - 1)."""
+    return Elu.apply(_float_activation(input, "elu"), float(alpha))
+
+
+class Hardtanh(Function):
+    """clamp(x, min_val, max_val); unlike clamp, the gradient stops at the ends themselves
+    (PyTorch's hardtanh_backward passes it only strictly inside)."""
+
+    @staticmethod
+    def forward(ctx, a, min_val, max_val):
+        xp = ctx.xp
+        if ctx.needs_input_grad[0]:
+            ctx.save_for_backward((a > min_val) & (a < max_val))
+        return xp.clip(a, min_val, max_val).astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inside,) = ctx.saved_tensors
+        return grad * inside, None, None
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,  # noqa: A002
+             inplace: bool = False) -> Tensor:
+    """x clamped to [min_val, max_val]."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})")
+    return Hardtanh.apply(_float_activation(input, "hardtanh"), float(min_val),
+                          float(max_val))
+
+
+class Mish(Function):
+    """x tanh(softplus(x)), softplus as logaddexp(x, 0) (stable both ways).
+
+    d/dx = t + x (1 - t^2) sigmoid(x), with t = tanh(softplus(x)), computed in the forward
+    chain and saved instead of x.
+    """
+
+    @staticmethod
+    def forward(ctx, a):
+        xp = ctx.xp
+        x = widened(a)
+        t = xp.empty_like(x)  # (a 0-d result stays an array, for the in-place chain)
+        xp.logaddexp(x, xp.zeros((), dtype=x.dtype), out=t)  # softplus(x)
+        xp.tanh(t, out=t)
+        if ctx.needs_input_grad[0]:
+            local = xp.empty_like(x)
+            _sigmoid_into(xp, x, local, xp.empty_like(x))
+            local *= x
+            local *= 1 - t * t
+            local += t
+            ctx.save_for_backward(local)
+        t *= x
+        return t.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (local,) = ctx.saved_tensors
+        return grad * local
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x * tanh(softplus(x))."""
+    return Mish.apply(_float_activation(input, "mish"))
