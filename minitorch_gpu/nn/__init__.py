@@ -10,6 +10,7 @@ from .containers import ModuleDict, ModuleList, Sequential
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig, KVCache
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, Identity, LayerNorm, Linear,
                      PackedCausalAttention, ReLU, ScaledDotProductAttention, Tanh)
+from .layers import ELU, Hardtanh, LeakyReLU, LogSigmoid, Mish, SiLU, Softplus
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .parameter import Parameter
 from .sampling import sample_next_token
@@ -19,5 +20,6 @@ __all__ = ["GELU", "GPT", "Block", "CausalSelfAttention", "CrossEntropyLoss", "D
            "Linear", "MLP", "Module", "ModuleDict", "ModuleList", "PackedCausalAttention",
            "Parameter", "ReLU", "RemovableHandle", "ScaledDotProductAttention", "Sequential",
            "Tanh", "functional", "init", "sample_next_token", "utils"]
+__all__ += ["ELU", "Hardtanh", "LeakyReLU", "LogSigmoid", "Mish", "SiLU", "Softplus"]
 from .layers import LogSoftmax, RMSNorm, Softmax
 __all__ += ["LogSoftmax", "RMSNorm", "Softmax"]
