@@ -2,10 +2,12 @@
 from .ops import (cross_entropy, dropout, embedding, gelu, layer_norm, linear, log_softmax,
                   packed_causal_attention, relu, scaled_dot_product_attention, sigmoid,
                   softmax, tanh)
+from .ops.activations import elu, hardtanh, leaky_relu, logsigmoid, mish, silu, softplus
 
 
 __all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "linear",
            "log_softmax", "packed_causal_attention", "relu", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
+__all__ += ["elu", "hardtanh", "leaky_relu", "logsigmoid", "mish", "silu", "softplus"]
 from .ops import (binary_cross_entropy, binary_cross_entropy_with_logits, nll_loss, normalize,
                   rms_norm)
 __all__ += ["binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss",
