@@ -682,6 +682,95 @@ case("to-cast-chain", lambda x: x.to(mt.float32).to("float64"),
      atol=0)
 case("to-same-dtype", lambda x: x.to(mt.float64).double(), lambda x: x, X45)
 
+# --- losses, normalizations, grouped-query attention and einsum (issue 18) ----------------
+def _log_softmax1(x: np.ndarray) -> np.ndarray:
+    return log_softmax_ref(x, axis=1)
+
+
+def nll_ref(logp: np.ndarray, target: np.ndarray, weight: Optional[np.ndarray] = None,
+            ignore_index: int = -100, reduction: str = "mean") -> np.ndarray:
+    """torch.nn.functional.nll_loss: -w[t] logp[t], the mean divided by the summed weights."""
+    if logp.ndim > 2:
+        logp = np.moveaxis(logp, 1, -1).reshape(-1, logp.shape[1])
+    flat = target.reshape(-1)
+    valid = flat != ignore_index
+    safe = np.where(valid, flat, 0)
+    w = (weight[safe] if weight is not None else np.ones(flat.shape)) * valid
+    loss = -logp[np.arange(flat.size), safe] * w
+    if reduction == "none":
+        return loss.reshape(target.shape)
+    return loss.sum() if reduction == "sum" else loss.sum() / w.sum()
+
+
+def soft_cross_entropy_ref(x: np.ndarray, p: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
+    p = p * (1 - smoothing) + smoothing / x.shape[1]
+    return -(log_softmax_ref(x, axis=1) * p).sum(axis=1).mean()
+
+
+def bce_logits_ref(x: np.ndarray, t: np.ndarray, pw: Optional[np.ndarray] = None) -> np.ndarray:
+    pw = 1.0 if pw is None else pw
+    log_sig = -np.logaddexp(0, -x)
+    log_one_minus = -np.logaddexp(0, x)
+    return -(pw * t * log_sig + (1 - t) * log_one_minus).mean()
+
+
+def rms_norm_ref(x: np.ndarray, ndims: int, weight: Optional[np.ndarray] = None,
+                 eps: float = 1e-6) -> np.ndarray:
+    axes = tuple(range(x.ndim - ndims, x.ndim))
+    y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
+    return y * weight if weight is not None else y
+
+
+def repeated_heads_attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                                 causal: bool = False) -> np.ndarray:
+    group = q.shape[-3] // k.shape[-3]
+    return attention_ref(q, np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3),
+                         causal=causal)
+
+
+_W4 = np.array([0.5, 2.0, 1.0, 1.5])
+for _red in ("mean", "sum", "none"):
+    case(f"nll-loss-weighted-{_red}",
+         lambda x, t, w, r=_red: F.nll_loss(x, t, mt.tensor(w), reduction=r),
+         lambda x, t, w, r=_red: nll_ref(x, t, w, reduction=r),
+         Float((5, 4)), Const(np.array([0, 3, 1, -100, 2])), Const(_W4))
+case("nll-loss-3d", lambda x, t: F.nll_loss(x, t), nll_ref, Float((2, 4, 3)),
+     Const(np.array([[0, 3, 1], [2, 2, 0]])))
+case("cross-entropy-weighted", lambda x, t, w: F.cross_entropy(x, t, weight=mt.tensor(w)),
+     lambda x, t, w: nll_ref(_log_softmax1(x), t, w), Float((5, 4)),
+     Const(np.array([0, 3, 1, 1, 2])), Const(_W4))
+case("cross-entropy-probabilities", lambda x, p: F.cross_entropy(x, p, label_smoothing=0.1),
+     lambda x, p: soft_cross_entropy_ref(x, p, 0.1), Float((5, 4)), Float((5, 4), "positive"))
+case("binary-cross-entropy", lambda x, t: F.binary_cross_entropy(F.sigmoid(x), t),
+     lambda x, t: bce_logits_ref(x, t), Float((3, 5)), Float((3, 5), "positive", grad=False))
+case("binary-cross-entropy-with-logits",
+     lambda x, t, pw: F.binary_cross_entropy_with_logits(x, t, pos_weight=pw),
+     lambda x, t, pw: bce_logits_ref(x, t, pw), Float((3, 5)), Float((3, 5), "positive"),
+     Float((5,), "positive", grad=False))
+case("rms-norm", lambda x, w: F.rms_norm(x, (5,), w, eps=1e-6),
+     lambda x, w: rms_norm_ref(x, 1, w), Float((3, 5)), Float((5,)), float32=True)
+case("rms-norm-2dims", lambda x: F.rms_norm(x, (3, 5), eps=1e-6),
+     lambda x: rms_norm_ref(x, 2), Float((2, 3, 5)))
+case("normalize", lambda x: F.normalize(x, dim=-1),
+     lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True), Float((3, 5), "nonzero"))
+case("normalize-p1", lambda x: F.normalize(x, p=1, dim=0),
+     lambda x: x / np.abs(x).sum(axis=0, keepdims=True), Float((3, 5), "distinct", 0.05))
+case("sdpa-gqa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+     repeated_heads_attention_ref, Float((2, 6, 3, 4)), Float((2, 2, 5, 4)),
+     Float((2, 2, 5, 3)))
+case("sdpa-gqa-causal",
+     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+     lambda q, k, v: repeated_heads_attention_ref(q, k, v, causal=True), Float((4, 5, 3)),
+     Float((2, 5, 3)), Float((2, 5, 3)))
+for _eq, _shapes in (("ij,jk->ik", [(3, 4), (4, 5)]),
+                     ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+                     ("...d,ed->...e", [(2, 3, 4), (5, 4)]),
+                     ("bte,eo,bt->bo", [(2, 3, 4), (4, 5), (2, 3)]),
+                     ("ij->ji", [(3, 4)]),
+                     ("ij,ij", [(3, 4), (3, 4)])):
+    case(f"einsum-{_eq}", lambda *ts, e=_eq: mt.einsum(e, *ts),
+         lambda *arrays, e=_eq: np.einsum(e, *arrays), *(Float(s) for s in _shapes))
+
 _names = [c.name for c in CASES]
 if len(set(_names)) != len(_names):
     raise ValueError(f"op_table: duplicate case names "

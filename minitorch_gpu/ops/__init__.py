@@ -14,6 +14,7 @@ from .sorting import multinomial, sort, topk
 from .matmul import linear, matmul
 from .softmax import log_softmax, softmax
 from .normalization import layer_norm, normalize, rms_norm
+from .einsum import einsum
 from .loss import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
                    nll_loss)
 from .embedding import embedding
