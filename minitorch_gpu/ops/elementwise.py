@@ -6,7 +6,7 @@ gradients of the broadcast shape and the engine sums each back to its input's sh
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 from ..autograd import Function
 from ..backend import dtypes
@@ -14,6 +14,7 @@ from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
 from ._util import (as_tensor_like, binary_operands, check_broadcast, float_input,
                     promote_operands, require_tensor, result_dtype, shape_of, widened)
+from .rounding import div_rounded
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
@@ -424,8 +425,11 @@ def mul(a: Any, b: Any) -> Tensor:
     return Mul.apply(*binary_operands(a, b, "mul"))
 
 
-def div(a: Any, b: Any) -> Tensor:
-    """True division: integer operands give the default float (float32), as in PyTorch."""
+def div(a: Any, b: Any, *, rounding_mode: Optional[str] = None) -> Tensor:
+    """True division: integer operands give the default float (float32), as in PyTorch.
+    ``rounding_mode="floor"`` or ``"trunc"`` rounds the quotient (``ops/rounding.py``)."""
+    if rounding_mode is not None:
+        return div_rounded(a, b, rounding_mode)
     a, b = binary_operands(a, b, "div")
     if not any(isinstance(x, Tensor) and dtypes.is_floating(x.dtype) for x in (a, b)):
         a, b = (float_input(x, "div") if isinstance(x, Tensor) else x for x in (a, b))
