@@ -12,3 +12,5 @@ from .ops import (binary_cross_entropy, binary_cross_entropy_with_logits, nll_lo
                   rms_norm)
 __all__ += ["binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_loss",
             "normalize", "rms_norm"]
+from .ops import one_hot, pad
+__all__ += ["one_hot", "pad"]

@@ -323,18 +323,6 @@ class Tensor:
     def __rtruediv__(self, other: Any) -> "Tensor":
         return _ops.div(other, self)
 
-    def __floordiv__(self, other: Any) -> "Tensor":
-        return _ops.floor_divide(self, other)
-
-    def __rfloordiv__(self, other: Any) -> "Tensor":
-        return _ops.floor_divide(other, self)
-
-    def __mod__(self, other: Any) -> "Tensor":
-        return _ops.remainder(self, other)
-
-    def __rmod__(self, other: Any) -> "Tensor":
-        return _ops.remainder(other, self)
-
     def __pow__(self, other: Any) -> "Tensor":
         return _ops.pow(self, other)
 
@@ -470,98 +458,6 @@ class Tensor:
     def cos(self) -> "Tensor":
         return _ops.cos(self)
 
-    # elementwise math (ops/elementwise_math.py, ops/rounding.py)
-    def rsqrt(self) -> "Tensor":
-        return _ops.rsqrt(self)
-
-    def erf(self) -> "Tensor":
-        return _ops.erf(self)
-
-    def exp2(self) -> "Tensor":
-        return _ops.exp2(self)
-
-    def log2(self) -> "Tensor":
-        return _ops.log2(self)
-
-    def log10(self) -> "Tensor":
-        return _ops.log10(self)
-
-    def tan(self) -> "Tensor":
-        return _ops.tan(self)
-
-    def asin(self) -> "Tensor":
-        return _ops.asin(self)
-
-    def acos(self) -> "Tensor":
-        return _ops.acos(self)
-
-    def atan(self) -> "Tensor":
-        return _ops.atan(self)
-
-    def sinh(self) -> "Tensor":
-        return _ops.sinh(self)
-
-    def cosh(self) -> "Tensor":
-        return _ops.cosh(self)
-
-    def asinh(self) -> "Tensor":
-        return _ops.asinh(self)
-
-    def acosh(self) -> "Tensor":
-        return _ops.acosh(self)
-
-    def atanh(self) -> "Tensor":
-        return _ops.atanh(self)
-
-    def atan2(self, other: Any) -> "Tensor":
-        return _ops.atan2(self, other)
-
-    def logaddexp(self, other: Any) -> "Tensor":
-        return _ops.logaddexp(self, other)
-
-    def lerp(self, end: Any, weight: Any) -> "Tensor":
-        return _ops.lerp(self, end, weight)
-
-    def floor(self) -> "Tensor":
-        return _ops.floor(self)
-
-    def ceil(self) -> "Tensor":
-        return _ops.ceil(self)
-
-    def round(self, *, decimals: int = 0) -> "Tensor":
-        return _ops.round(self, decimals=decimals)
-
-    def trunc(self) -> "Tensor":
-        return _ops.trunc(self)
-
-    def sign(self) -> "Tensor":
-        return _ops.sign(self)
-
-    def div(self, other: Any, *, rounding_mode: Optional[str] = None) -> "Tensor":
-        return _ops.div(self, other, rounding_mode=rounding_mode)
-
-    def floor_divide(self, other: Any) -> "Tensor":
-        return _ops.floor_divide(self, other)
-
-    def remainder(self, other: Any) -> "Tensor":
-        return _ops.remainder(self, other)
-
-    def fmod(self, other: Any) -> "Tensor":
-        return _ops.fmod(self, other)
-
-    def isnan(self) -> "Tensor":
-        return _ops.isnan(self)
-
-    def isinf(self) -> "Tensor":
-        return _ops.isinf(self)
-
-    def isfinite(self) -> "Tensor":
-        return _ops.isfinite(self)
-
-    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
-                equal_nan: bool = False) -> "Tensor":
-        return _ops.isclose(self, other, rtol, atol, equal_nan)
-
     def tril(self, diagonal: int = 0) -> "Tensor":
         return _ops.tril(self, diagonal)
 
@@ -597,11 +493,11 @@ class Tensor:
     def masked_fill(self, mask: Any, value: float) -> "Tensor":
         return _ops.masked_fill(self, mask, value)
 
-    def sum(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
-        return _ops.sum(self, dim, keepdim)
+    def sum(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> "Tensor":
+        return _ops.sum(self, dim, keepdim, dtype=dtype)
 
-    def mean(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
-        return _ops.mean(self, dim, keepdim)
+    def mean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> "Tensor":
+        return _ops.mean(self, dim, keepdim, dtype=dtype)
 
     def var(self, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False,
             *, correction: Optional[int] = None) -> "Tensor":
@@ -629,8 +525,8 @@ class Tensor:
     def argmin(self, dim: Optional[int] = None, keepdim: bool = False) -> "Tensor":
         return _ops.argmin(self, dim, keepdim)
 
-    def cumsum(self, dim: int) -> "Tensor":
-        return _ops.cumsum(self, dim)
+    def cumsum(self, dim: int, *, dtype: Any = None) -> "Tensor":
+        return _ops.cumsum(self, dim, dtype=dtype)
 
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
         return _ops.sort(self, dim, descending, stable)
@@ -638,11 +534,11 @@ class Tensor:
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
         return _ops.topk(self, k, dim, largest, sorted)
 
-    def any(self) -> "Tensor":
-        return _ops.any(self)
+    def any(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
+        return _ops.any(self, dim, keepdim)
 
-    def all(self) -> "Tensor":
-        return _ops.all(self)
+    def all(self, dim: Any = None, keepdim: bool = False) -> "Tensor":
+        return _ops.all(self, dim, keepdim)
 
     def softmax(self, dim: int) -> "Tensor":
         return _ops.softmax(self, dim)
@@ -719,6 +615,53 @@ class Tensor:
 
     def gather(self, dim: int, index: "Tensor") -> "Tensor":
         return _ops.gather(self, dim, index)
+
+    # --- reductions, scans, rearranging and scattering (ops/reduce.py, ops/indexing.py) --
+    def logsumexp(self, dim: Any, keepdim: bool = False) -> "Tensor":
+        return _ops.logsumexp(self, dim, keepdim)
+
+    def prod(self, dim: Optional[int] = None, keepdim: bool = False, *,
+             dtype: Any = None) -> "Tensor":
+        return _ops.prod(self, dim, keepdim, dtype=dtype)
+
+    def cumprod(self, dim: int, *, dtype: Any = None) -> "Tensor":
+        return _ops.cumprod(self, dim, dtype=dtype)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> "Tensor":
+        return _ops.argsort(self, dim, descending, stable)
+
+    def repeat(self, *sizes: Any) -> "Tensor":
+        return _ops.repeat(self, *sizes)
+
+    def repeat_interleave(self, repeats: Any, dim: Optional[int] = None, *,
+                          output_size: Optional[int] = None) -> "Tensor":
+        return _ops.repeat_interleave(self, repeats, dim, output_size=output_size)
+
+    def flip(self, *dims: Any) -> "Tensor":
+        return _ops.flip(self, _shape_args(dims))
+
+    def roll(self, shifts: Any, dims: Any = None) -> "Tensor":
+        return _ops.roll(self, shifts, dims)
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> "Tensor":
+        return _ops.unflatten(self, dim, sizes)
+
+    def scatter(self, dim: int, index: "Tensor", src: Any = None, *, value: Any = None,
+                reduce: Optional[str] = None) -> "Tensor":
+        return _ops.scatter(self, dim, index, src, value=value, reduce=reduce)
+
+    def scatter_add(self, dim: int, index: "Tensor", src: "Tensor") -> "Tensor":
+        return _ops.scatter_add(self, dim, index, src)
+
+    def scatter_reduce(self, dim: int, index: "Tensor", src: "Tensor", reduce: str, *,
+                       include_self: bool = True) -> "Tensor":
+        return _ops.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+
+    def masked_select(self, mask: "Tensor") -> "Tensor":
+        return _ops.masked_select(self, mask)
+
+    def nonzero(self, *, as_tuple: bool = False) -> Any:
+        return _ops.nonzero(self, as_tuple=as_tuple)
 
 
 # --- helpers ------------------------------------------------------------------------------

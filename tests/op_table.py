@@ -287,66 +287,6 @@ for _name, _fn, _ref, _dist, _offset, _float32 in ACTIVATIONS:
         case(f"{_name}-large", lambda x, f=_fn: f(x * 30), lambda x, r=_ref: r(x * 30),
              Float((3, 5)))
 
-# --- elementwise math (ops/elementwise_math.py, ops/rounding.py) ---------------------------
-# domains kept away from the singular points: tan's +-pi/2, asin/acos/atanh's +-1, acosh's 1
-MATH = [  # (name, fn, ref, dist, offset, in the float32 subset)
-    ("rsqrt", mt.rsqrt, lambda x: 1.0 / np.sqrt(x), "positive", 0.0, True),
-    ("erf", lambda x: x.erf(), _erf, "normal", 0.0, True),
-    ("exp2", mt.exp2, np.exp2, "normal", 0.0, False),
-    ("log2", lambda x: x.log2(), np.log2, "positive", 0.0, False),
-    ("log10", mt.log10, np.log10, "positive", 0.0, False),
-    ("tan", lambda x: mt.tan(x * 0.7), lambda x: np.tan(x * 0.7), "nonzero", 0.0, False),
-    ("asin", lambda x: (x * 0.4).asin(), lambda x: np.arcsin(x * 0.4), "nonzero", 0.0, False),
-    ("acos", lambda x: mt.acos(x * 0.4), lambda x: np.arccos(x * 0.4), "nonzero", 0.0, False),
-    ("atan", mt.atan, np.arctan, "normal", 0.0, False),
-    ("sinh", mt.sinh, np.sinh, "normal", 0.0, False),
-    ("cosh", lambda x: x.cosh(), np.cosh, "normal", 0.0, False),
-    ("asinh", mt.asinh, np.arcsinh, "normal", 0.0, False),
-    ("acosh", lambda x: mt.acosh(x + 1), lambda x: np.arccosh(x + 1), "positive", 0.0, False),
-    ("atanh", lambda x: (x * 0.4).atanh(), lambda x: np.arctanh(x * 0.4), "nonzero", 0.0,
-     False),
-    # piecewise constant, zero gradient: the grid keeps every value >= 0.04 from the steps
-    ("floor", mt.floor, np.floor, "distinct", 0.05, False),
-    ("ceil", lambda x: x.ceil(), np.ceil, "distinct", 0.05, False),
-    ("trunc", mt.trunc, np.trunc, "distinct", 0.05, False),
-    ("round", lambda x: x.round(), np.round, "distinct", 0.05, False),
-    ("round-decimals", lambda x: mt.round(x, decimals=1), lambda x: np.round(x, 1),
-     "distinct", 0.0, False),
-    ("sign", lambda x: x.sign(), np.sign, "distinct", 0.05, False),
-]
-for _name, _fn, _ref, _dist, _offset, _float32 in MATH:
-    case(f"{_name}-odd", _fn, _ref, Float((3, 5), _dist, _offset), float32=_float32)
-    case(f"{_name}-3d", _fn, _ref, Float((2, 3, 4), _dist, _offset))
-    case(f"{_name}-0d", _fn, _ref, Float((), _dist, _offset))
-
-binary_cases("atan2", mt.atan2, np.arctan2, NORMAL, NONZERO)
-binary_cases("logaddexp", mt.logaddexp, np.logaddexp, NORMAL, NORMAL)
-# remainder/fmod have kinks where a / b is an integer: random draws are never that close
-binary_cases("remainder", lambda a, b: a % b, np.remainder, NORMAL, NONZERO)
-binary_cases("fmod", mt.fmod, np.fmod, NORMAL, NONZERO)
-case("floor-divide", lambda a, b: a // b, np.floor_divide, Float((5, 7)), Float((5, 7), "nonzero"))
-case("floor-divide-broadcast", mt.floor_divide, np.floor_divide, Float((3, 1)),
-     Float((1, 4), "nonzero"))
-case("floor-divide-python-scalar-left", lambda b: 3.5 // b, lambda b: np.floor_divide(3.5, b),
-     Float((3, 5), "nonzero"))
-case("div-floor", lambda a, b: mt.div(a, b, rounding_mode="floor"), np.floor_divide,
-     Float((2, 3, 4)), Float((4,), "nonzero"))
-case("div-trunc", lambda a, b: a.div(b, rounding_mode="trunc"), lambda a, b: np.trunc(a / b),
-     Float((3, 1)), Float((1, 4), "nonzero"))
-INT_A = np.array([[7, -7, 6, 0], [-9, 9, 1, -1]])
-INT_B = np.array([[2, 2, -4, 3], [-2, 4, -3, 5]])
-case("floor-divide-int64", lambda a, b: a // b, np.floor_divide, Const(INT_A), Const(INT_B))
-case("remainder-int64", mt.remainder, np.remainder, Const(INT_A), Const(INT_B))
-case("fmod-int64", lambda a, b: a.fmod(b), np.fmod, Const(INT_A), Const(INT_B))
-case("div-trunc-int64", lambda a, b: mt.div(a, b, rounding_mode="trunc"),
-     lambda a, b: np.trunc(a / b).astype(np.int64), Const(INT_A), Const(INT_B))
-case("lerp-scalar-weight", lambda a, b: mt.lerp(a, b, 0.3), lambda a, b: a + 0.3 * (b - a),
-     Float((3, 5)), Float((3, 5)), float32=True)
-case("lerp-tensor-weight", lambda a, b, w: a.lerp(b, w), lambda a, b, w: a + w * (b - a),
-     Float((3, 5)), Float((3, 5)), Float((3, 5)))
-case("lerp-broadcast", mt.lerp, lambda a, b, w: a + w * (b - a), Float((2, 3, 4)),
-     Float((4,)), Float((3, 1)))
-
 # --- elementwise: selection ---------------------------------------------------------------
 MASK_3x4 = np.array([[True, False, True, True], [False, False, True, False],
                      [True, True, False, False]])
@@ -830,6 +770,132 @@ for _eq, _shapes in (("ij,jk->ik", [(3, 4), (4, 5)]),
                      ("ij,ij", [(3, 4), (3, 4)])):
     case(f"einsum-{_eq}", lambda *ts, e=_eq: mt.einsum(e, *ts),
          lambda *arrays, e=_eq: np.einsum(e, *arrays), *(Float(s) for s in _shapes))
+
+# --- logsumexp, prod, cumprod, var_mean/std_mean ------------------------------------------
+def logsumexp_ref(x: np.ndarray, axis: Any, keepdims: bool = False) -> np.ndarray:
+    peak = x.max(axis=axis, keepdims=True)
+    out = np.log(np.exp(x - peak).sum(axis=axis, keepdims=True)) + peak
+    return out if keepdims else np.squeeze(out, axis)
+
+
+for _tag, _dim in (("dim1", 1), ("dim-neg", -1), ("dims-tuple", (0, 2))):
+    for _keepdim in (False, True):
+        case(f"logsumexp-{_tag}-{'keepdim' if _keepdim else 'nokeepdim'}",
+             lambda x, d=_dim, k=_keepdim: x.logsumexp(d, keepdim=k),
+             lambda x, d=_dim, k=_keepdim: logsumexp_ref(x, d, k), Float((2, 3, 5)),
+             float32=_tag == "dim1" and not _keepdim)
+case("logsumexp-large", lambda x: mt.logsumexp(x * 400.0, 0),
+     lambda x: logsumexp_ref(x * 400.0, 0), Float((3, 4)))
+# zeros come from a fixed mask (x * mask), so gradcheck crosses prod's zero branches:
+# rows of ZERO_COUNTS hold no, one and two zeros
+ZERO_COUNTS = np.array([[1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0, 1.0],
+                        [0.0, 1.0, 1.0, 0.0, 1.0]])
+case("prod-all", lambda x: x.prod(), np.prod, Float((3, 5), "nonzero"))
+for _dim in (0, 1, -1):
+    case(f"prod-dim{_dim}", lambda x, d=_dim: mt.prod(x, d), lambda x, d=_dim: np.prod(x, d),
+         Float((2, 3, 5), "nonzero"))
+case("prod-keepdim", lambda x: x.prod(1, keepdim=True), lambda x: np.prod(x, 1, keepdims=True),
+     Float((3, 5)))
+case("prod-zeros-rows", lambda x, m: (x * m).prod(1), lambda x, m: np.prod(x * m, 1),
+     Float((3, 5)), Const(ZERO_COUNTS))
+case("prod-zeros-cols", lambda x, m: (x * m).prod(0), lambda x, m: np.prod(x * m, 0),
+     Float((3, 5)), Const(ZERO_COUNTS))
+case("prod-zeros-all-one", lambda x, m: (x * m[1]).prod(), lambda x, m: np.prod(x * m[1]),
+     Float((5,)), Const(ZERO_COUNTS))
+case("prod-zeros-all-two", lambda x, m: (x * m).prod(), lambda x, m: np.prod(x * m),
+     Float((3, 5)), Const(ZERO_COUNTS))
+for _dim in (0, 1, -1):
+    case(f"cumprod-dim{_dim}", lambda x, d=_dim: x.cumprod(d), lambda x, d=_dim: np.cumprod(x, d),
+         Float((2, 3, 5), "nonzero"))
+case("cumprod-1d", lambda x: mt.cumprod(x, 0), np.cumprod, Float((7,), "nonzero"))
+case("cumprod-zeros", lambda x, m: (x * m).cumprod(1), lambda x, m: np.cumprod(x * m, 1),
+     Float((3, 5)), Const(ZERO_COUNTS))
+case("cumprod-zeros-dim0", lambda x, m: mt.cumprod(x * m.T, 0),
+     lambda x, m: np.cumprod(x * m.T, 0), Float((5, 3)), Const(ZERO_COUNTS))
+case("var-mean-dim", lambda x: mt.var_mean(x, 1),
+     lambda x: (np.var(x, 1, ddof=1), np.mean(x, 1)), Float((3, 5)))
+case("var-mean-all-c0", lambda x: mt.var_mean(x, correction=0),
+     lambda x: (np.var(x), np.mean(x)), Float((3, 5)))
+case("std-mean-dims-keepdim", lambda x: mt.std_mean(x, (0, 2), keepdim=True),
+     lambda x: (np.std(x, (0, 2), ddof=1, keepdims=True), np.mean(x, (0, 2), keepdims=True)),
+     Float((2, 3, 5)))
+case("sum-dtype", lambda x: x.sum(1, dtype=mt.float64), lambda x: x.sum(1), Float((3, 5)))
+
+# --- repeat, flip, roll, unflatten, pad ---------------------------------------------------
+X35 = Float((3, 5))
+case("repeat", lambda x: x.repeat(2, 3), lambda x: np.tile(x, (2, 3)), X35)
+case("repeat-new-dims", lambda x: mt.repeat(x, 2, 1, 3), lambda x: np.tile(x, (2, 1, 3)), X35)
+case("repeat-interleave-int", lambda x: x.repeat_interleave(3, dim=1),
+     lambda x: np.repeat(x, 3, 1), X35)
+case("repeat-interleave-flat", lambda x: mt.repeat_interleave(x, 2), lambda x: np.repeat(x, 2),
+     X35)
+case("repeat-interleave-tensor", lambda x, r: x.repeat_interleave(r, dim=0),
+     lambda x, r: np.repeat(x, r, 0), X35, Const(np.array([2, 0, 3])))
+case("flip", lambda x: x.flip(0), lambda x: np.flip(x, 0), X234)
+case("flip-dims", lambda x: mt.flip(x, (0, -1)), lambda x: np.flip(x, (0, 2)), X234)
+case("roll", lambda x: x.roll(2, 1), lambda x: np.roll(x, 2, 1), X35)
+case("roll-tuples", lambda x: mt.roll(x, (1, -2), (0, 2)), lambda x: np.roll(x, (1, -2), (0, 2)),
+     X234)
+case("roll-flat", lambda x: x.roll(-4), lambda x: np.roll(x, -4), X35)
+case("unflatten", lambda x: x.unflatten(2, (2, 2)), lambda x: x.reshape(2, 3, 2, 2), X234)
+case("unflatten-infer", lambda x: mt.unflatten(x, 0, (-1, 1)), lambda x: x.reshape(3, 1, 5), X35)
+case("pad-constant", lambda x: F.pad(x, (1, 2)), lambda x: np.pad(x, ((0, 0), (1, 2))), X35)
+case("pad-constant-3d-value", lambda x: F.pad(x, (0, 1, 2, 0, 1, 1), value=-0.5),
+     lambda x: np.pad(x, ((1, 1), (2, 0), (0, 1)), constant_values=-0.5), X234)
+case("pad-constant-crop", lambda x: F.pad(x, (-1, 2, 1, -2)),
+     lambda x: np.pad(x, ((1, 0), (0, 2)))[:-2, 1:], X35)
+case("pad-reflect", lambda x: F.pad(x, (2, 3), mode="reflect"),
+     lambda x: np.pad(x, ((0, 0), (2, 3)), mode="reflect"), X35)
+case("pad-reflect-2d", lambda x: F.pad(x, (1, 2, 2, 1), mode="reflect"),
+     lambda x: np.pad(x, ((0, 0), (2, 1), (1, 2)), mode="reflect"), X234)
+case("pad-replicate-2d", lambda x: F.pad(x, (3, 1, 0, 2), mode="replicate"),
+     lambda x: np.pad(x, ((0, 0), (0, 2), (3, 1)), mode="edge"), X234)
+
+
+# --- scatter, scatter_add, scatter_reduce, masked_select ----------------------------------
+def scatter_ref(a: np.ndarray, dim: int, index: np.ndarray, src: Any, reduce: str = "set",
+                include_self: bool = True) -> np.ndarray:
+    """torch's scatter family element by element (the table's sizes are small)."""
+    out = a.copy()
+    groups: dict = {}
+    for pos in np.ndindex(*index.shape):
+        target = list(pos)
+        target[dim] = index[pos]
+        value = src if np.isscalar(src) else src[pos]
+        groups.setdefault(tuple(target), []).append(value)
+    for target, values in groups.items():
+        if reduce == "set":
+            out[target] = values[-1]
+            continue
+        values = ([a[target]] if include_self else []) + values
+        out[target] = {"sum": np.sum, "prod": np.prod, "mean": np.mean, "amax": np.max,
+                       "amin": np.min}[reduce](values)
+    return out
+
+
+SCATTER_DIM1 = np.array([[0, 4, 2], [1, 3, 0], [4, 0, 2]])  # distinct per row: (3, 3) into (3, 5)
+SCATTER_REPEATS = np.array([[0, 0, 3], [2, 2, 2], [4, 1, 4]])  # positions repeat in a row
+case("scatter-src", lambda x, s, i: x.scatter(1, i, s),
+     lambda x, s, i: scatter_ref(x, 1, i, s), X35, Float((3, 3)), Const(SCATTER_DIM1))
+case("scatter-value", lambda x, i: mt.scatter(x, 1, i, value=1.5),
+     lambda x, i: scatter_ref(x, 1, i, 1.5), X35, Const(SCATTER_DIM1[:2]))
+case("scatter-add", lambda x, s, i: x.scatter_add(1, i, s),
+     lambda x, s, i: scatter_ref(x, 1, i, s, "sum"), X35, Float((3, 3)), Const(SCATTER_REPEATS))
+case("scatter-add-dim0", lambda x, s, i: mt.scatter_add(x, 0, i, s),
+     lambda x, s, i: scatter_ref(x, 0, i, s, "sum"), Float((5, 3)), Float((3, 3)),
+     Const(SCATTER_REPEATS))
+for _reduce in ("sum", "prod", "mean", "amax", "amin"):
+    for _self in (True, False):
+        # distinct values: amax/amin's gradient goes to one element, never a tie
+        case(f"scatter-reduce-{_reduce}-{'self' if _self else 'noself'}",
+             lambda x, s, i, r=_reduce, inc=_self: x.scatter_reduce(1, i, s, r, include_self=inc),
+             lambda x, s, i, r=_reduce, inc=_self: scatter_ref(x, 1, i, s, r, inc),
+             Float((3, 5), "distinct"), Float((3, 3), "distinct", offset=0.05),
+             Const(SCATTER_REPEATS))
+case("masked-select", lambda x, m: x.masked_select(m), lambda x, m: x[m], Float((4, 5)),
+     Const(ELEMENT_MASK))
+case("masked-select-broadcast", lambda x, m: mt.masked_select(x, m),
+     lambda x, m: np.broadcast_to(x, m.shape)[m], Float((1, 5)), Const(ELEMENT_MASK))
 
 _names = [c.name for c in CASES]
 if len(set(_names)) != len(_names):

@@ -1,5 +1,5 @@
-"""Reductions over any dims with ``keepdim``: sum, mean, var/std, amax/amin, max/min, arg*;
-and cumsum, the running sum along a dim.
+"""Reductions over any dims with ``keepdim``: sum, mean, var/std (and var_mean/std_mean),
+amax/amin, max/min, arg*, logsumexp, prod, any/all; and the scans cumsum and cumprod.
 
 The backward of a reduction broadcasts the gradient back over the reduced dims: a view
 of the gradient (``broadcast_to``), not a copy. Results are row-major (``order="C"``) even
@@ -13,8 +13,9 @@ from typing import Any, Optional
 
 from ..autograd import Function
 from ..tensor import Tensor, _wrap_dim
-from ._util import expand_reduced, normalize_dims, reduced_count, require_tensor, widened
-from .shape import gather
+from ._util import (expand_reduced, float_input, normalize_dims, reduced_count, require_tensor,
+                    widened)
+from .shape import gather, to_dtype
 
 MinMax = namedtuple("MinMax", ["values", "indices"])  # what max(dim)/min(dim) return
 
@@ -109,14 +110,106 @@ class CumSum(Function):
         return xp.flip(xp.cumsum(widened(xp.flip(grad, dim)), axis=dim), dim), None
 
 
+class LogSumExp(Function):
+    """``log(sum(exp(a)))`` over dims, shifted by the max so nothing overflows; the
+    gradient is the softmax over the same dims (one fused node)."""
+
+    @staticmethod
+    def forward(ctx, a, axes, keepdim):
+        xp = ctx.xp
+        wide = widened(a)
+        peak = wide.max(axis=axes, keepdims=True)
+        peak = xp.where(xp.isfinite(peak), peak, 0)  # all -inf (or an inf): no shift
+        out = xp.log(xp.exp(wide - peak).sum(axis=axes, keepdims=True)) + peak  # keepdims
+        ctx.save_for_backward(a, out)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        if not keepdim:
+            out = out.reshape([n for i, n in enumerate(out.shape)
+                               if axes is not None and i not in axes])
+        return xp.asarray(out, dtype=a.dtype, order="C")
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, out = ctx.saved_tensors
+        grad = expand_reduced(grad, a.shape, ctx.axes, ctx.keepdim, ctx.xp)
+        return grad * ctx.xp.exp(widened(a) - out).astype(a.dtype), None, None
+
+
+class Prod(Function):
+    """The product over dims. d prod / d a_i is the product of the others: out / a_i when
+    no element of the group is 0; with one zero, only the zero's gradient is non-zero
+    (the product of the rest); with two or more, every gradient is 0 (as PyTorch)."""
+
+    @staticmethod
+    def forward(ctx, a, axes, keepdim):
+        ctx.save_for_backward(a)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        dtype = ctx.xp.int64 if a.dtype.kind in "iub" else None
+        return ctx.xp.asarray(a.prod(axis=axes, keepdims=keepdim, dtype=dtype), order="C")
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        (a,) = ctx.saved_tensors
+        grad = expand_reduced(grad, a.shape, ctx.axes, ctx.keepdim, xp)
+        zero = a == 0
+        zeros = zero.sum(axis=ctx.axes, keepdims=True)
+        others = xp.where(zero, 1, a).prod(axis=ctx.axes, keepdims=True)  # nonzero product
+        # no zero: out / a_i; the one zero: the product of the rest; else 0
+        local = xp.where(zeros == 0, others / xp.where(zero, 1, a),
+                         xp.where((zeros == 1) & zero, others, 0))
+        return grad * local, None, None
+
+
+def _reverse_cumsum(x: Any, axis: int, xp: Any) -> Any:
+    """``out[i] = x[i:].sum()`` along ``axis``."""
+    return xp.flip(xp.cumsum(xp.flip(x, axis), axis=axis), axis)
+
+
+class CumProd(Function):
+    """Running products along a dim. d out_j / d a_i (j >= i) is out_j / a_i before the
+    first zero of the row; at the first zero it is the running product with that zero
+    taken as 1; past it, every running product keeps the zero: 0 (as PyTorch)."""
+
+    @staticmethod
+    def forward(ctx, a, dim):
+        xp = ctx.xp
+        ctx.dim = dim
+        if a.dtype.kind in "iub":
+            return xp.asarray(xp.cumprod(a, axis=dim, dtype=xp.int64), order="C")
+        out = xp.cumprod(widened(a), axis=dim).astype(a.dtype, order="C", copy=False)
+        ctx.save_for_backward(a, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp, dim = ctx.xp, ctx.dim
+        a, out = ctx.saved_tensors
+        zero = a == 0
+        zeros_so_far = xp.cumsum(zero, axis=dim)
+        before = zeros_so_far == 0  # before the row's first zero
+        first_zero = zero & (zeros_so_far == 1)
+        local = _reverse_cumsum(grad * out, dim, xp) / xp.where(before, a, 1)
+        skip_zero = xp.cumprod(xp.where(first_zero, 1, a), axis=dim)  # that zero as 1
+        at_zero = _reverse_cumsum(grad * skip_zero, dim, xp)
+        return xp.where(before, local, xp.where(first_zero, at_zero, 0)), None
+
+
 # --- functional wrappers ------------------------------------------------------------------
-def sum(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def sum(a: Tensor, dim: Any = None, keepdim: bool = False, *,  # noqa: A001
+        dtype: Any = None) -> Tensor:
+    """The sum over ``dim`` (all dims when None); ``dtype`` casts the input first."""
     require_tensor(a, "sum")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
     return Sum.apply(a, normalize_dims(dim, a.ndim, "sum"), keepdim)
 
 
-def mean(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+def mean(a: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    """The mean over ``dim`` (all dims when None); ``dtype`` casts the input first."""
     require_tensor(a, "mean")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
     if a.dtype.kind in "iub":
         raise TypeError(f"mean: expected a floating-point input, got {a.dtype}")
     return Mean.apply(a, normalize_dims(dim, a.ndim, "mean"), keepdim)
@@ -142,6 +235,20 @@ def var(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bo
 def std(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None, keepdim: bool = False,
         *, correction: Optional[int] = None) -> Tensor:
     return var(a, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def var_mean(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None,
+             keepdim: bool = False, *, correction: Optional[int] = None) -> tuple:
+    """``(var, mean)`` over the same dims (as torch.var_mean)."""
+    return (var(a, dim, unbiased, keepdim, correction=correction),
+            mean(a, dim, keepdim))
+
+
+def std_mean(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None,
+             keepdim: bool = False, *, correction: Optional[int] = None) -> tuple:
+    """``(std, mean)`` over the same dims (as torch.std_mean)."""
+    return (std(a, dim, unbiased, keepdim, correction=correction),
+            mean(a, dim, keepdim))
 
 
 def _check_nonempty(a: Tensor, op: str, axes: Optional[tuple] = None) -> None:
@@ -219,7 +326,7 @@ def argmin(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tenso
     return _arg(a, dim, keepdim, "argmin")
 
 
-def cumsum(a: Tensor, dim: int) -> Tensor:
+def cumsum(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     """Running sums along ``dim``: ``out[..., i, ...] = a[..., :i+1, ...].sum(dim)``;
     integer and bool inputs give int64.
 
@@ -227,15 +334,68 @@ def cumsum(a: Tensor, dim: int) -> Tensor:
     tensor([1, 3, 6])
     """
     require_tensor(a, "cumsum")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
     dim = _wrap_dim(dim, a.ndim, "cumsum")
     if a.ndim == 0:  # one element: its own running sum
         return cumsum(a.reshape(1), 0).reshape(())
     return CumSum.apply(a, dim)
 
 
-def any(a: Tensor) -> Tensor:  # noqa: A001
-    return Tensor._make(a._backend.xp.asarray(a.data.any()), a._backend, False)
+def _truth(a: Tensor, dim: Any, keepdim: bool, op: str) -> Tensor:
+    require_tensor(a, op)
+    axes = normalize_dims(dim, a.ndim, op)
+    fn = a.data.any if op == "any" else a.data.all
+    out = fn(axis=axes, keepdims=keepdim) if axes is not None or keepdim else fn()
+    return Tensor._make(a._backend.xp.asarray(out, order="C"), a._backend, False)
 
 
-def all(a: Tensor) -> Tensor:  # noqa: A001
-    return Tensor._make(a._backend.xp.asarray(a.data.all()), a._backend, False)
+def any(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """Whether any element is non-zero, over ``dim`` (an int or a tuple; all dims when
+    None); a bool tensor."""
+    return _truth(a, dim, keepdim, "any")
+
+
+def all(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    """Whether every element is non-zero, over ``dim``; a bool tensor."""
+    return _truth(a, dim, keepdim, "all")
+
+
+def logsumexp(a: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+    """``log(exp(a).sum(dim))`` computed stably (shifted by the max); integer inputs give
+    the default float. Its gradient is ``softmax(a, dim)``.
+
+    >>> mt.logsumexp(mt.tensor([0.0, 0.0]), 0)   # log 2
+    tensor(0.6931)
+    """
+    a = float_input(a, "logsumexp")
+    return LogSumExp.apply(a, normalize_dims(dim, a.ndim, "logsumexp"), keepdim)
+
+
+def prod(a: Tensor, dim: Optional[int] = None, keepdim: bool = False, *,
+         dtype: Any = None) -> Tensor:
+    """The product of all elements, or along one ``dim``; integer and bool inputs give
+    int64; ``dtype`` casts the input first. Zeros get PyTorch's gradient."""
+    require_tensor(a, "prod")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
+    axes = None if dim is None else normalize_dims(_wrap_dim(dim, a.ndim, "prod"), a.ndim,
+                                                   "prod")
+    if axes is None and dim is not None:  # a 0-d tensor along its one "dim"
+        keepdim = False
+    return Prod.apply(a, axes, keepdim)
+
+
+def cumprod(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    """Running products along ``dim``; integer and bool inputs give int64.
+
+    >>> mt.cumprod(mt.tensor([1, 2, 3]), 0)
+    tensor([1, 2, 6])
+    """
+    require_tensor(a, "cumprod")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
+    dim = _wrap_dim(dim, a.ndim, "cumprod")
+    if a.ndim == 0:
+        return cumprod(a.reshape(1), 0).reshape(())
+    return CumProd.apply(a, dim)

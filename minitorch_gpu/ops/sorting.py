@@ -112,6 +112,22 @@ def sort(a: Tensor, dim: int = -1, descending: bool = False,
     return _select(a, _argsort(a._backend, a.data, dim, bool(descending)), dim)
 
 
+def argsort(a: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
+    """The int64 positions that sort ``a`` along ``dim`` (``sort(...).indices``); always
+    stable, so ``stable`` is accepted for torch's signature. No gradient.
+
+    >>> mt.argsort(mt.tensor([3.0, 1.0, 2.0]))
+    tensor([1, 2, 0])
+    """
+    require_tensor(a, "argsort")
+    dim = _wrap_dim(dim, a.ndim, "argsort")
+    if a.ndim == 0:
+        return argsort(a.reshape(1), 0, descending).reshape(())
+    positions = _argsort(a._backend, a.data, dim, bool(descending))
+    return Tensor._make(a._backend.xp.asarray(positions, dtype=np.int64, order="C"),
+                        a._backend, False)
+
+
 def topk(a: Tensor, k: int, dim: int = -1, largest: bool = True,
          sorted: bool = True) -> ValuesIndices:  # noqa: A002 - torch's name
     """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) elements
