@@ -323,6 +323,18 @@ class Tensor:
     def __rtruediv__(self, other: Any) -> "Tensor":
         return _ops.div(other, self)
 
+    def __floordiv__(self, other: Any) -> "Tensor":
+        return _ops.floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> "Tensor":
+        return _ops.floor_divide(other, self)
+
+    def __mod__(self, other: Any) -> "Tensor":
+        return _ops.remainder(self, other)
+
+    def __rmod__(self, other: Any) -> "Tensor":
+        return _ops.remainder(other, self)
+
     def __pow__(self, other: Any) -> "Tensor":
         return _ops.pow(self, other)
 
@@ -457,6 +469,98 @@ class Tensor:
 
     def cos(self) -> "Tensor":
         return _ops.cos(self)
+
+    # elementwise math (ops/elementwise_math.py, ops/rounding.py)
+    def rsqrt(self) -> "Tensor":
+        return _ops.rsqrt(self)
+
+    def erf(self) -> "Tensor":
+        return _ops.erf(self)
+
+    def exp2(self) -> "Tensor":
+        return _ops.exp2(self)
+
+    def log2(self) -> "Tensor":
+        return _ops.log2(self)
+
+    def log10(self) -> "Tensor":
+        return _ops.log10(self)
+
+    def tan(self) -> "Tensor":
+        return _ops.tan(self)
+
+    def asin(self) -> "Tensor":
+        return _ops.asin(self)
+
+    def acos(self) -> "Tensor":
+        return _ops.acos(self)
+
+    def atan(self) -> "Tensor":
+        return _ops.atan(self)
+
+    def sinh(self) -> "Tensor":
+        return _ops.sinh(self)
+
+    def cosh(self) -> "Tensor":
+        return _ops.cosh(self)
+
+    def asinh(self) -> "Tensor":
+        return _ops.asinh(self)
+
+    def acosh(self) -> "Tensor":
+        return _ops.acosh(self)
+
+    def atanh(self) -> "Tensor":
+        return _ops.atanh(self)
+
+    def atan2(self, other: Any) -> "Tensor":
+        return _ops.atan2(self, other)
+
+    def logaddexp(self, other: Any) -> "Tensor":
+        return _ops.logaddexp(self, other)
+
+    def lerp(self, end: Any, weight: Any) -> "Tensor":
+        return _ops.lerp(self, end, weight)
+
+    def floor(self) -> "Tensor":
+        return _ops.floor(self)
+
+    def ceil(self) -> "Tensor":
+        return _ops.ceil(self)
+
+    def round(self, *, decimals: int = 0) -> "Tensor":
+        return _ops.round(self, decimals=decimals)
+
+    def trunc(self) -> "Tensor":
+        return _ops.trunc(self)
+
+    def sign(self) -> "Tensor":
+        return _ops.sign(self)
+
+    def div(self, other: Any, *, rounding_mode: Optional[str] = None) -> "Tensor":
+        return _ops.div(self, other, rounding_mode=rounding_mode)
+
+    def floor_divide(self, other: Any) -> "Tensor":
+        return _ops.floor_divide(self, other)
+
+    def remainder(self, other: Any) -> "Tensor":
+        return _ops.remainder(self, other)
+
+    def fmod(self, other: Any) -> "Tensor":
+        return _ops.fmod(self, other)
+
+    def isnan(self) -> "Tensor":
+        return _ops.isnan(self)
+
+    def isinf(self) -> "Tensor":
+        return _ops.isinf(self)
+
+    def isfinite(self) -> "Tensor":
+        return _ops.isfinite(self)
+
+    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
+                equal_nan: bool = False) -> "Tensor":
+        return _ops.isclose(self, other, rtol, atol, equal_nan)
 
     def tril(self, diagonal: int = 0) -> "Tensor":
         return _ops.tril(self, diagonal)

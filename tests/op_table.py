@@ -287,6 +287,66 @@ for _name, _fn, _ref, _dist, _offset, _float32 in ACTIVATIONS:
         case(f"{_name}-large", lambda x, f=_fn: f(x * 30), lambda x, r=_ref: r(x * 30),
              Float((3, 5)))
 
+# --- elementwise math (ops/elementwise_math.py, ops/rounding.py) ---------------------------
+# domains kept away from the singular points: tan's +-pi/2, asin/acos/atanh's +-1, acosh's 1
+MATH = [  # (name, fn, ref, dist, offset, in the float32 subset)
+    ("rsqrt", mt.rsqrt, lambda x: 1.0 / np.sqrt(x), "positive", 0.0, True),
+    ("erf", lambda x: x.erf(), _erf, "normal", 0.0, True),
+    ("exp2", mt.exp2, np.exp2, "normal", 0.0, False),
+    ("log2", lambda x: x.log2(), np.log2, "positive", 0.0, False),
+    ("log10", mt.log10, np.log10, "positive", 0.0, False),
+    ("tan", lambda x: mt.tan(x * 0.7), lambda x: np.tan(x * 0.7), "nonzero", 0.0, False),
+    ("asin", lambda x: (x * 0.4).asin(), lambda x: np.arcsin(x * 0.4), "nonzero", 0.0, False),
+    ("acos", lambda x: mt.acos(x * 0.4), lambda x: np.arccos(x * 0.4), "nonzero", 0.0, False),
+    ("atan", mt.atan, np.arctan, "normal", 0.0, False),
+    ("sinh", mt.sinh, np.sinh, "normal", 0.0, False),
+    ("cosh", lambda x: x.cosh(), np.cosh, "normal", 0.0, False),
+    ("asinh", mt.asinh, np.arcsinh, "normal", 0.0, False),
+    ("acosh", lambda x: mt.acosh(x + 1), lambda x: np.arccosh(x + 1), "positive", 0.0, False),
+    ("atanh", lambda x: (x * 0.4).atanh(), lambda x: np.arctanh(x * 0.4), "nonzero", 0.0,
+     False),
+    # piecewise constant, zero gradient: the grid keeps every value >= 0.04 from the steps
+    ("floor", mt.floor, np.floor, "distinct", 0.05, False),
+    ("ceil", lambda x: x.ceil(), np.ceil, "distinct", 0.05, False),
+    ("trunc", mt.trunc, np.trunc, "distinct", 0.05, False),
+    ("round", lambda x: x.round(), np.round, "distinct", 0.05, False),
+    ("round-decimals", lambda x: mt.round(x, decimals=1), lambda x: np.round(x, 1),
+     "distinct", 0.0, False),
+    ("sign", lambda x: x.sign(), np.sign, "distinct", 0.05, False),
+]
+for _name, _fn, _ref, _dist, _offset, _float32 in MATH:
+    case(f"{_name}-odd", _fn, _ref, Float((3, 5), _dist, _offset), float32=_float32)
+    case(f"{_name}-3d", _fn, _ref, Float((2, 3, 4), _dist, _offset))
+    case(f"{_name}-0d", _fn, _ref, Float((), _dist, _offset))
+
+binary_cases("atan2", mt.atan2, np.arctan2, NORMAL, NONZERO)
+binary_cases("logaddexp", mt.logaddexp, np.logaddexp, NORMAL, NORMAL)
+# remainder/fmod have kinks where a / b is an integer: random draws are never that close
+binary_cases("remainder", lambda a, b: a % b, np.remainder, NORMAL, NONZERO)
+binary_cases("fmod", mt.fmod, np.fmod, NORMAL, NONZERO)
+case("floor-divide", lambda a, b: a // b, np.floor_divide, Float((5, 7)), Float((5, 7), "nonzero"))
+case("floor-divide-broadcast", mt.floor_divide, np.floor_divide, Float((3, 1)),
+     Float((1, 4), "nonzero"))
+case("floor-divide-python-scalar-left", lambda b: 3.5 // b, lambda b: np.floor_divide(3.5, b),
+     Float((3, 5), "nonzero"))
+case("div-floor", lambda a, b: mt.div(a, b, rounding_mode="floor"), np.floor_divide,
+     Float((2, 3, 4)), Float((4,), "nonzero"))
+case("div-trunc", lambda a, b: a.div(b, rounding_mode="trunc"), lambda a, b: np.trunc(a / b),
+     Float((3, 1)), Float((1, 4), "nonzero"))
+INT_A = np.array([[7, -7, 6, 0], [-9, 9, 1, -1]])
+INT_B = np.array([[2, 2, -4, 3], [-2, 4, -3, 5]])
+case("floor-divide-int64", lambda a, b: a // b, np.floor_divide, Const(INT_A), Const(INT_B))
+case("remainder-int64", mt.remainder, np.remainder, Const(INT_A), Const(INT_B))
+case("fmod-int64", lambda a, b: a.fmod(b), np.fmod, Const(INT_A), Const(INT_B))
+case("div-trunc-int64", lambda a, b: mt.div(a, b, rounding_mode="trunc"),
+     lambda a, b: np.trunc(a / b).astype(np.int64), Const(INT_A), Const(INT_B))
+case("lerp-scalar-weight", lambda a, b: mt.lerp(a, b, 0.3), lambda a, b: a + 0.3 * (b - a),
+     Float((3, 5)), Float((3, 5)), float32=True)
+case("lerp-tensor-weight", lambda a, b, w: a.lerp(b, w), lambda a, b, w: a + w * (b - a),
+     Float((3, 5)), Float((3, 5)), Float((3, 5)))
+case("lerp-broadcast", mt.lerp, lambda a, b, w: a + w * (b - a), Float((2, 3, 4)),
+     Float((4,)), Float((3, 1)))
+
 # --- elementwise: selection ---------------------------------------------------------------
 MASK_3x4 = np.array([[True, False, True, True], [False, False, True, False],
                      [True, True, False, False]])

@@ -162,6 +162,7 @@ NOT_IN_TABLE = {
     "bitwise_and", "bitwise_or", "bitwise_not",  # no gradient; test_torch_semantics.py
     "index_key",  # a helper of indexing, not an op
     "to_device", "to_dtype",  # cross-device copies need two devices; casts are "to-" rows
+    "isnan", "isinf", "isfinite", "isclose",  # bool results; test_elementwise_math.py
     "argsort", "nonzero", "one_hot",  # no gradient; test_reduce_shape_ops.py
 }
 ROW_PREFIX = {"getitem": "index", "scaled_dot_product_attention": "sdpa"}

@@ -5,6 +5,10 @@ from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, clamp,
                           exp, ge, gelu, gt, le, log, logical_and, logical_not, logical_or, lt,
                           masked_fill, maximum, minimum, mul, ne, neg, pow, relu, sigmoid, sin,
                           sqrt, sub, tanh, tril, triu, where)
+from .elementwise_math import (acos, acosh, asin, asinh, atan, atan2, atanh, cosh, erf, exp2,
+                               isclose, isfinite, isinf, isnan, lerp, log2, log10, logaddexp,
+                               rsqrt, sinh, tan)
+from .rounding import ceil, floor, floor_divide, fmod, remainder, round, sign, trunc
 from .shape import (cat, chunk, clone, contiguous, expand, flatten, gather, getitem, index_key,
                     narrow, permute, reshape, split, squeeze, stack, to_device, to_dtype,
                     transpose, unsqueeze, view)
