@@ -507,11 +507,11 @@ class ScatterReduce(Function):
         if reduce in ("sum", "mean"):
             out = xp.array(base, copy=True) if include_self else xp.where(hit, 0, base)
             out = out.astype(a.dtype, copy=False)
-            backend.scatter_add(out, flat, values)
+            _add_at(backend, out, flat, values)
             count = None
             if reduce == "mean":
                 count = xp.zeros(a.size, dtype=a.dtype)
-                backend.scatter_add(count, flat, xp.ones(flat.shape, dtype=a.dtype))
+                _add_at(backend, count, flat, xp.ones(flat.shape, dtype=a.dtype))
                 count = count + (1 if include_self else 0)
                 count = xp.where(count == 0, 1, count)
                 out = out / count if a.dtype.kind == "f" else out // count
@@ -574,6 +574,15 @@ class ScatterReduce(Function):
             grad_a = xp.where(hit, xp.where(self_in & self_tie, g / ties, 0), g)
         grad_src = _src_grad(grad_src.reshape(index.shape), ctx.src_shape, index, xp)
         return grad_a.reshape(shape), None, grad_src, None, None, None
+
+
+def _add_at(backend: Any, target: Any, flat: Any, values: Any) -> None:
+    """``target[flat] += values`` with repeats adding up. int64 adds as uint64 (the same
+    bits, two's complement): CUDA's atomicAdd has no signed 64-bit form."""
+    if target.dtype == np.int64:
+        backend.scatter_add(target.view(np.uint64), flat, values.astype(np.uint64))
+    else:
+        backend.scatter_add(target, flat, values)
 
 
 def _combine_in_rounds(backend: Any, combine: Any, flat: Any, values: Any, size: int,
