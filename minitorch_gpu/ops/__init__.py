@@ -18,7 +18,8 @@ from .sorting import multinomial, sort, topk
 from .reduce import cumprod, logsumexp, prod, std_mean, var_mean
 from .sorting import argsort
 from .indexing import (flip, masked_select, nonzero, one_hot, pad, repeat, repeat_interleave,
-                       roll, scatter, scatter_add, scatter_reduce, unflatten)
+                       roll, unflatten)
+from .scatter import scatter, scatter_add, scatter_reduce
 from .matmul import linear, matmul
 from .softmax import log_softmax, softmax
 from .normalization import layer_norm, normalize, rms_norm
