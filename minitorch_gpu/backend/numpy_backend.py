@@ -160,14 +160,33 @@ def _read_int(path: str) -> Optional[int]:
 
 
 def _cgroup_room() -> Optional[Tuple[int, str]]:
-    """What this cgroup's memory limit leaves (v2, else v1), or None without a limit."""
-    for limit_path, usage_path in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        limit, usage = _read_int(limit_path), _read_int(usage_path)
+    """What this cgroup's memory limit leaves (v2, else v1), or None without a limit. The
+    usage counts the page cache, which the kernel reclaims before it refuses memory: its
+    inactive part (what ``docker stats`` and the kubelet leave out too) is not counted,
+    or a container that has just read a corpus would look full."""
+    for directory, limit_name, usage_name, inactive_name in (
+            ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+             "total_inactive_file")):
+        limit = _read_int(f"{directory}/{limit_name}")
+        usage = _read_int(f"{directory}/{usage_name}")
         if limit is not None and usage is not None and limit < 1 << 60:  # v1's "none": ~2^63
+            usage -= min(_memory_stat(f"{directory}/memory.stat", inactive_name), usage)
             return max(limit - usage, 0), "left under the cgroup's memory limit"
     return None
+
+
+def _memory_stat(path: str, key: str) -> int:
+    """``key``'s bytes in a cgroup's memory.stat ("KEY VALUE" lines), 0 when absent."""
+    try:
+        with open(path) as stat:
+            for line in stat:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _address_space_room() -> Optional[Tuple[int, str]]:
