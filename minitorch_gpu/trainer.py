@@ -509,7 +509,12 @@ class Trainer:
         try:
             return self._fit()
         finally:
-            self._unlock_run_dir()
+            try:
+                if self.tensorboard is not None:  # opened, whatever failed after it
+                    self.tensorboard, writer = None, self.tensorboard
+                    writer.close()
+            finally:
+                self._unlock_run_dir()
 
     def _fit(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
@@ -606,8 +611,6 @@ class Trainer:
         finally:
             bar.close()
             stop.restore()
-            if self.tensorboard is not None:
-                self.tensorboard.close()
         seconds = time.perf_counter() - started
         return TrainResult(
             run_dir=self.run_dir, iterations=self.iter_num, status=status,
