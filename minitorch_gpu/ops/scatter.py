@@ -142,7 +142,7 @@ class ScatterReduce(Function):
         ctx.dim, ctx.reduce, ctx.include_self, ctx.src_shape = dim, reduce, include_self, \
             src.shape
         where = index_along(index, dim, xp)
-        flat = xp.ravel_multi_index(where, a.shape).reshape(-1)  # position of each contrib
+        flat = _flat_positions(where, a.shape, index.shape, xp)  # position of each contrib
         values = xp.ascontiguousarray(src[_src_part(src, index)]).reshape(-1)
         hit = xp.zeros(a.size, dtype=bool)
         hit[flat] = True
@@ -217,6 +217,17 @@ class ScatterReduce(Function):
             grad_a = xp.where(hit, xp.where(self_in & self_tie, g / ties, 0), g)
         grad_src = _src_grad(grad_src.reshape(index.shape), ctx.src_shape, index, xp)
         return grad_a.reshape(shape), None, grad_src, None, None, None
+
+
+def _flat_positions(where: tuple, shape: tuple, index_shape: tuple, xp: Any) -> Any:
+    """Row-major offsets into ``shape`` of the (broadcasting) coordinates ``where``, one
+    per element of the index, as int64 (arithmetic, where ``ravel_multi_index`` would
+    need its coordinates broadcast first)."""
+    flat, stride = 0, 1
+    for coordinate, n in zip(reversed(where), reversed(shape)):
+        flat = flat + coordinate.astype(np.int64) * stride
+        stride *= n
+    return xp.broadcast_to(flat, index_shape).reshape(-1)
 
 
 def _add_at(backend: Any, target: Any, flat: Any, values: Any) -> None:
