@@ -78,6 +78,13 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
 case("operators", lambda m, F, a, b: (a + 2 * b - b / 3) ** 2 @ b.T, normal(3, 4), normal(3, 4),
      covers=("matmul",))
 case("matmul-batched", lambda m, F, a, b: m.matmul(a, b), normal(2, 3, 4), normal(4, 5))
+case("method-spellings", lambda m, F, a, b, c: (
+    a.add(b), a.mul(b), a.multiply(b), a.sub(b), a.subtract(b), a.div(b), a.neg(), a.negative(),
+    a.pow(b), a.maximum(b), a.minimum(b), a.where(c, b), a.eq(b), a.ne(b), a.lt(b), a.le(b),
+    a.gt(b), a.ge(b), a.matmul(b.T), a.type(m.float32), c.logical_not(), c.logical_and(c),
+    c.logical_or(c), c.bitwise_and(c), c.bitwise_or(c), c.bitwise_xor(c), c.bitwise_not()),
+     positive(3, 4), positive(3, 4), Const(normal(3, 4) > 0),
+     covers=("multiply", "subtract", "negative", "type"))
 case("clamp", lambda m, F, x: m.clamp(x, -0.5, 0.5), distinct(3, 4), covers=("clamp", "clip"))
 case("clip-method", lambda m, F, x: x.clip(min=0.1), distinct(3, 4))
 case("where", lambda m, F, c, a, b: m.where(c, a, b), Const(normal(3, 4) > 0), normal(3, 4),
@@ -228,7 +235,10 @@ EXEMPT = {
 }
 # known failures owned by others: case name -> reason (xfail, not hidden)
 KNOWN_FAILURES: dict = {
-    "unary-neg": "Tensor.neg (method spellings, issue 18 item 7: PyTorch-fixes engineer)",
+    # issue 18 item 7 (PyTorch's method spellings), another engineer's, not yet committed
+    # when this was written: drop these entries once it is
+    "unary-neg": "Tensor.neg (method spellings, issue 18 item 7)",
+    "method-spellings": "Tensor.add/mul/multiply/sub/subtract/neg/type/... (issue 18 item 7)",
 }
 
 
