@@ -103,7 +103,11 @@ def lock_run_directory(directory: Path) -> RunLock:
         if _names(path, descriptor):
             break
         os.close(descriptor)  # its holder removed it as we locked it: lock the new one
-    _write_holder(descriptor)
+    try:
+        _write_holder(descriptor)
+    except BaseException:  # a full disk: not left locked by a descriptor no one holds
+        os.close(descriptor)
+        raise
     return RunLock(path, descriptor)
 
 
