@@ -223,3 +223,14 @@ def test_predicates_match_pytorch():
     for kwargs in ({}, {"equal_nan": True}, {"rtol": 0.05, "atol": 0.0}):
         assert_same(mt.isclose(x, y, **kwargs), torch.isclose(tx, ty, **kwargs))
         assert_same(x.isclose(y, **kwargs), tx.isclose(ty, **kwargs))
+
+
+@pytest.mark.parametrize("op", [lambda a, b: a // b, lambda a, b: a % b, mt.fmod,
+                                lambda a, b: mt.div(a, b, rounding_mode="trunc")])
+def test_integer_division_by_zero_is_an_error_as_in_pytorch(op):
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.tensor([3, 4]) // torch.tensor([1, 0])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        op(mt.tensor([3, 4]), mt.tensor([1, 0]))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        op(mt.tensor([3, 4]), 0)
