@@ -241,8 +241,33 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None,
         is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
         dtype = dtypes.int64 if is_int else dtypes.float32
     backend = get_backend(device or "cpu")
-    return _finish(backend.xp.arange(start, end, step, dtype=_dtype(dtype)), backend,
-                   requires_grad)
+    dtype = _dtype(dtype)
+    _check_arange_range(start, end, step)
+    if dtype.kind in "iu" and dtype != dtypes.int64:
+        # as PyTorch, values past a narrow integer dtype wrap (computed in int64, then cast)
+        values = backend.xp.arange(start, end, step, dtype=dtypes.int64).astype(dtype)
+        return _finish(values, backend, requires_grad)
+    return _finish(backend.xp.arange(start, end, step, dtype=dtype), backend, requires_grad)
+
+
+_INT64_RANGE = (-2 ** 63, 2 ** 63 - 1)
+ARANGE_MAX_NUMEL = 2 ** 48  # more elements than any device holds: a typo, not a request
+
+
+def _check_arange_range(start: Any, end: Any, step: Any) -> None:
+    """PyTorch's errors for bounds it can't hold, rather than NumPy's words (or a silent
+    wrap past int64)."""
+    for name, value in (("start", start), ("end", end), ("step", step)):
+        if isinstance(value, (int, np.integer)) and not \
+                _INT64_RANGE[0] <= int(value) <= _INT64_RANGE[1]:
+            raise RuntimeError(f"arange: {name} {int(value)} cannot be converted to type "
+                               "int64 without overflow")
+        if isinstance(value, float) and not np.isfinite(value):
+            raise RuntimeError(f"arange: unsupported range: {name} is {value}")
+    count = -(-(float(end) - float(start)) // float(step))
+    if count > ARANGE_MAX_NUMEL:
+        raise RuntimeError(f"arange: {start} to {end} in steps of {step} is {count:.3g} "
+                           f"elements, more than {ARANGE_MAX_NUMEL} (2**48)")
 
 
 def randn(*size: Any, dtype: Any = None, device: DeviceLike = None,

@@ -182,6 +182,22 @@ class Tensor:
     def bool(self) -> "Tensor":
         return self.to(dtypes.bool_)
 
+    def type(self, dtype: Any = None) -> Any:
+        """Without ``dtype``, PyTorch's name of the tensor's type ('torch.FloatTensor',
+        'torch.cuda.LongTensor'), so code comparing those strings runs unchanged; with one
+        (a dtype, or such a name), the tensor cast to it, as ``to(dtype)``."""
+        if dtype is None:
+            name = _TYPE_NAMES.get(self.dtype.name, self.dtype.name)
+            return f"torch.{'cuda.' if self.is_cuda else ''}{name}"
+        if isinstance(dtype, str) and dtype.startswith("torch."):
+            by_type = {n: d for d, n in _TYPE_NAMES.items()}
+            short = dtype.rsplit(".", 1)[-1]
+            if short not in by_type:
+                raise ValueError(f"type: unknown type {dtype!r}: expected one of "
+                                 f"{sorted('torch.' + n for n in by_type)}")
+            dtype = by_type[short]
+        return self.to(dtype)
+
     def detach(self) -> "Tensor":
         """The same memory, cut out of the graph (shares the version counter)."""
         out = Tensor._make(self.data, self._backend, False)
@@ -380,6 +396,18 @@ class Tensor:
     def __invert__(self) -> "Tensor":
         return _ops.bitwise_not(self)
 
+    def __xor__(self, other: Any) -> "Tensor":
+        return _ops.bitwise_xor(self, other)
+
+    def __rand__(self, other: Any) -> "Tensor":
+        return _ops.bitwise_and(other, self)
+
+    def __ror__(self, other: Any) -> "Tensor":
+        return _ops.bitwise_or(other, self)
+
+    def __rxor__(self, other: Any) -> "Tensor":
+        return _ops.bitwise_xor(other, self)
+
     # --- in-place updates (refused on tensors that require grad while grad is on) --------
     def __iadd__(self, other: Any) -> "Tensor":
         return self.add_(other)
@@ -447,7 +475,8 @@ class Tensor:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         value = _inplace_operand(self, value, "setitem")
-        self.data[_ops.index_key(key, self)] = value
+        target, key = _ops.shape.setitem_target(self.data, _ops.index_key(key, self))
+        target[key] = value
         self._bump()
 
     def _bump(self) -> "Tensor":
@@ -455,6 +484,69 @@ class Tensor:
         return self
 
     # --- elementwise and reductions, as methods ----------------------------------------
+    def add(self, other: Any, *, alpha: Any = 1) -> "Tensor":
+        return _ops.add(self, _scaled(other, alpha))
+
+    def sub(self, other: Any, *, alpha: Any = 1) -> "Tensor":
+        return _ops.sub(self, _scaled(other, alpha))
+
+    def mul(self, other: Any) -> "Tensor":
+        return _ops.mul(self, other)
+
+    multiply = mul
+    subtract = sub
+
+    def neg(self) -> "Tensor":
+        return _ops.neg(self)
+
+    negative = neg
+
+    def where(self, condition: Any, other: Any) -> "Tensor":
+        """``self`` where ``condition`` is true, else ``other`` (torch's argument order)."""
+        return _ops.where(condition, self, other)
+
+    def eq(self, other: Any) -> "Tensor":
+        return _ops.eq(self, other)
+
+    def ne(self, other: Any) -> "Tensor":
+        return _ops.ne(self, other)
+
+    def lt(self, other: Any) -> "Tensor":
+        return _ops.lt(self, other)
+
+    def le(self, other: Any) -> "Tensor":
+        return _ops.le(self, other)
+
+    def gt(self, other: Any) -> "Tensor":
+        return _ops.gt(self, other)
+
+    def ge(self, other: Any) -> "Tensor":
+        return _ops.ge(self, other)
+
+    def logical_and(self, other: Any) -> "Tensor":
+        return _ops.logical_and(self, other)
+
+    def logical_or(self, other: Any) -> "Tensor":
+        return _ops.logical_or(self, other)
+
+    def logical_not(self) -> "Tensor":
+        return _ops.logical_not(self)
+
+    def bitwise_and(self, other: Any) -> "Tensor":
+        return _ops.bitwise_and(self, other)
+
+    def bitwise_or(self, other: Any) -> "Tensor":
+        return _ops.bitwise_or(self, other)
+
+    def bitwise_xor(self, other: Any) -> "Tensor":
+        return _ops.bitwise_xor(self, other)
+
+    def bitwise_not(self) -> "Tensor":
+        return _ops.bitwise_not(self)
+
+    def multinomial(self, num_samples: int, replacement: bool = False) -> "Tensor":
+        return _ops.multinomial(self, num_samples, replacement)
+
     def exp(self) -> "Tensor":
         return _ops.exp(self)
 
@@ -655,6 +747,10 @@ class Tensor:
 
     # --- shape and views ----------------------------------------------------------------
     def view(self, *shape: Any) -> "Tensor":
+        """``view(2, 3)``, ``view((2, 3))``, or ``view(dtype)``: the same bytes read as
+        another dtype (the last dim scaled by the ratio of the itemsizes, as PyTorch)."""
+        if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int, np.integer)):
+            return _ops.shape.view_dtype(self, shape[0])
         return _ops.view(self, _shape_args(shape))
 
     def view_as(self, other: "Tensor") -> "Tensor":
@@ -769,6 +865,20 @@ class Tensor:
 
 
 # --- helpers ------------------------------------------------------------------------------
+# PyTorch's tensor type names (``Tensor.type()``), by dtype name
+_TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+               "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
+               "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
+               "bool": "BoolTensor"}
+
+
+def _scaled(other: Any, alpha: Any) -> Any:
+    """``alpha * other`` for ``add``/``sub``'s ``alpha=`` (a number stays a number)."""
+    if alpha == 1:
+        return other
+    return _ops.mul(other, alpha) if isinstance(other, Tensor) else other * alpha
+
+
 def _rebuild(array: np.ndarray, device: str, requires_grad: bool, cls: type = Tensor) -> Tensor:
     """Unpickle a tensor, or a subclass such as ``nn.Parameter`` (see ``Tensor.__reduce__``)."""
     backend = get_backend(device)
@@ -832,3 +942,8 @@ def _inplace_operand(target: Tensor, value: Any, op: str) -> Any:
 
 from . import autograd  # noqa: E402  (autograd builds on Tensor)
 from . import ops as _ops  # noqa: E402  (the ops build on Tensor and autograd)
+
+# every method with a dim/keepdim parameter also takes axis=/keepdims=, as in PyTorch
+for _name, _method in list(vars(Tensor).items()):
+    if callable(_method) and not _name.startswith("_"):
+        setattr(Tensor, _name, _ops._util.accept_numpy_names(_method))

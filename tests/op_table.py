@@ -627,6 +627,16 @@ attention_case("sdpa-value-batch", (3, 4), (5, 4), (2, 5, 2))
 attention_case("sdpa-bool-mask-value-batch", (3, 4), (5, 4), (2, 5, 2),
                mask=np.stack([SDPA_BOOL_MASK, SDPA_BOOL_MASK[::-1]]))
 attention_case("sdpa-float-mask-value-batch", (3, 4), (5, 4), (2, 5, 2), mask=SDPA_FLOAT_MASK)
+# a float mask that requires grad (a learned additive bias) gets dS, summed over the dims
+# it was broadcast along
+for _name, _mask in (("sdpa-learned-mask", (2, 3, 5)), ("sdpa-learned-mask-broadcast", (3, 1))):
+    case(_name, lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+         lambda q, k, v, m: attention_ref(q, k, v, mask=m),
+         Float((2, 3, 4)), Float((2, 5, 4)), Float((2, 5, 3)), Float(_mask))
+case("sdpa-learned-mask-scale", lambda q, k, v, m: F.scaled_dot_product_attention(
+    q, k, v, attn_mask=m, scale=0.3), lambda q, k, v, m: attention_ref(q, k, v, mask=m, scale=0.3),
+     Float((2, 3, 4), grad=False), Float((2, 5, 4), grad=False), Float((2, 5, 3)),
+     Float((2, 3, 5)))
 
 
 def packed_attention_ref(qkv: np.ndarray, n_head: int) -> np.ndarray:
@@ -698,6 +708,17 @@ case("index-two-lists", lambda x: x[[0, 3, 0], [4, 1, 4]], lambda x: x[[0, 3, 0]
      X45)
 case("index-bool-mask", lambda x, m: x[m], lambda x, m: x[m], X45, Const(ELEMENT_MASK))
 case("index-bool-rows", lambda x, m: x[m], lambda x, m: x[m], X45, Const(ROW_MASK))
+# PyTorch applies the ints first, then places the index arrays among the dims left: in
+# x[1, :, i] the array stands alone and stays in place, (3, 2), where NumPy gives (2, 3)
+INDEX_PAIR = np.array([0, 2])
+case("index-int-slice-tensor", lambda x, i: x[1, :, i], lambda x, i: x[1][:, i], X234,
+     Const(INDEX_PAIR))
+case("index-int-none-tensor", lambda x, i: x[1, None, i], lambda x, i: x[1][None][:, i],
+     X234, Const(INDEX_PAIR))
+case("index-int-slice-two-tensors", lambda x, i: x[i, 1, :, i],
+     lambda x, i: x[:, 1][i, :, i], Float((3, 2, 4, 5)), Const(INDEX_PAIR))
+case("index-ellipsis-int-slice-tensor", lambda x, i: x[..., 1, :, i],
+     lambda x, i: x[..., 1, :, :][..., :, i], Float((2, 3, 4, 5)), Const(INDEX_PAIR))
 GATHER_DIM1 = np.array([[0, 0, 4], [1, 2, 1], [3, 3, 3], [4, 0, 2]])  # (4, 3) into (4, 5)
 GATHER_DIM0 = np.array([[0, 3, 3, 1, 0], [2, 2, 0, 3, 1]])  # (2, 5) into (4, 5)
 case("gather-dim1", lambda x, i: x.gather(1, i),
@@ -706,6 +727,9 @@ case("gather-dim0", lambda x, i: mt.gather(x, 0, i),
      lambda x, i: np.take_along_axis(x, i, axis=0), X45, Const(GATHER_DIM0))
 case("gather-dim-negative", lambda x, i: x.gather(-1, i),
      lambda x, i: np.take_along_axis(x, i, axis=-1), X45, Const(GATHER_DIM1))
+# as PyTorch, the index may be smaller than the input in the other dims
+case("gather-smaller-index", lambda x, i: x.gather(1, i),
+     lambda x, i: np.take_along_axis(x[:2], i, axis=1), X45, Const(GATHER_DIM1[:2, :2]))
 
 # several outputs, several inputs
 case("split-int", lambda x: x.split(2, dim=1), lambda x: np.split(x, [2, 4], axis=1),

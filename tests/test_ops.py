@@ -160,6 +160,7 @@ NOT_IN_TABLE = {
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "any",
     "all", "argmax", "argmin",  # no gradient; argmax/argmin are checked by max/min rows
     "bitwise_and", "bitwise_or", "bitwise_not",  # no gradient; test_torch_semantics.py
+    "bitwise_xor",  # no gradient; test_pytorch_fixes.py
     "index_key",  # a helper of indexing, not an op
     "to_device", "to_dtype",  # cross-device copies need two devices; casts are "to-" rows
     "isnan", "isinf", "isfinite", "isclose",  # bool results; test_elementwise_math.py

@@ -5,6 +5,7 @@ from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, clamp,
                           exp, ge, gelu, gt, le, log, logical_and, logical_not, logical_or, lt,
                           masked_fill, maximum, minimum, mul, ne, neg, pow, relu, sigmoid, sin,
                           sqrt, sub, tanh, tril, triu, where)
+from .elementwise import bitwise_xor
 from .elementwise_math import (acos, acosh, asin, asinh, atan, atan2, atanh, cosh, erf, exp2,
                                isclose, isfinite, isinf, isnan, lerp, log2, log10, logaddexp,
                                rsqrt, sinh, tan)
@@ -29,6 +30,13 @@ from .loss import (binary_cross_entropy, binary_cross_entropy_with_logits, cross
 from .embedding import embedding
 from .dropout import dropout
 from .attention import packed_causal_attention, scaled_dot_product_attention
+
+# axis= and keepdims= as aliases of dim= and keepdim=, as PyTorch takes them (keep this
+# after the imports above: it wraps every op imported by then)
+from ._util import accept_numpy_names as _accept_numpy_names  # noqa: E402
+globals().update({_name: _accept_numpy_names(_fn) for _name, _fn in list(globals().items())
+                  if callable(_fn) and not _name.startswith("_")
+                  and not isinstance(_fn, (_ModuleType, type))})
 
 # the functions only: the submodules (shape, reduce, ...) must not land in ``minitorch_gpu``
 __all__ = [name for name, value in globals().items()

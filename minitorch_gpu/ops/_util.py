@@ -2,6 +2,8 @@
 dims."""
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Optional
 
 import numpy as np
@@ -118,15 +120,40 @@ def promote_operands(a: Any, b: Any) -> tuple:
     applies without widening the array."""
     # the hot case first: a tensor and a Python number that leaves its dtype as it is
     if isinstance(a, Tensor) and type(b) in _NUMBERS:
+        if type(b) is int and a.data.dtype.kind in "iu":
+            return a, wrap_int(b, a.data.dtype)
         if type(b) is not float or a.data.dtype in dtypes.FLOATING:
             return a, b
     elif isinstance(b, Tensor) and type(a) in _NUMBERS:
+        if type(a) is int and b.data.dtype.kind in "iu":
+            return wrap_int(a, b.data.dtype), b
         if type(a) is not float or b.data.dtype in dtypes.FLOATING:
             return a, b
     a = a.item() if isinstance(a, np.generic) else a
     b = b.item() if isinstance(b, np.generic) else b
     dtype = result_dtype(a, b)
+    if dtype.kind in "iu":
+        a, b = (wrap_int(x, dtype) if type(x) is int else x for x in (a, b))
     return cast_to(a, dtype), cast_to(b, dtype)
+
+
+def wrap_int(value: int, dtype: np.dtype) -> int:
+    """A Python int as an integer tensor of ``dtype`` meets it in PyTorch: wrapped modulo
+    2**bits when out of the dtype's range (int32 | 0xFFFFFFFF is int32 | -1), where NumPy
+    raises OverflowError. Ints past [-2**63, 2**64) are an error in PyTorch too."""
+    low, high = _INT_RANGES.get(dtype) or _INT_RANGES.setdefault(
+        dtype, (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)))
+    if low <= value <= high:
+        return value
+    if not -2 ** 63 <= value < 2 ** 64:
+        raise OverflowError(f"int {value} too big to convert to {dtype} (PyTorch takes ints "
+                            "in [-2**63, 2**64) and wraps them)")
+    bits = 8 * dtype.itemsize
+    value %= 1 << bits
+    return value - (1 << bits) if low < 0 and value > high else value
+
+
+_INT_RANGES: dict = {}
 
 
 def cast_to(x: Any, dtype: np.dtype) -> Any:
@@ -211,6 +238,35 @@ def index_along(index: Any, dim: int, xp: Any) -> tuple:
                 for d, n in enumerate(index.shape)]
     position[dim] = index
     return tuple(position)
+
+
+NUMPY_NAMES = (("axis", "dim"), ("keepdims", "keepdim"))
+
+
+def accept_numpy_names(fn: Any) -> Any:
+    """``fn`` taking ``axis=`` for its ``dim`` and ``keepdims=`` for its ``keepdim``, as
+    PyTorch's argument parser does for every op with those parameters (``x.sum(axis=0)``,
+    ``mt.amax(x, axis=1, keepdims=True)``); ``fn`` itself when it has neither."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn
+    aliases = tuple((alias, name) for alias, name in NUMPY_NAMES if name in params)
+    if not aliases or getattr(fn, "accepts_numpy_names", False):
+        return fn
+
+    @functools.wraps(fn)
+    def with_numpy_names(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            for alias, name in aliases:
+                if alias in kwargs:
+                    if name in kwargs:
+                        raise TypeError(f"{fn.__name__}: got both {name}= and its alias "
+                                        f"{alias}=")
+                    kwargs[name] = kwargs.pop(alias)
+        return fn(*args, **kwargs)
+    with_numpy_names.accepts_numpy_names = True
+    return with_numpy_names
 
 
 def require_tensor(x: Any, op: str, name: str = "input") -> Tensor:

@@ -122,9 +122,11 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
 
 
 def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v=True,
-                     outs=(None, None, None)):
+                     outs=(None, None, None), need_mask=False):
     """(grad_q, grad_k, grad_v) of ``_attend``, of the broadcast shapes (None where not
-    needed); each written into its ``outs`` array when one is given."""
+    needed); each written into its ``outs`` array when one is given. With ``need_mask``
+    (the full path only: the others take no mask) a fourth: the gradient of the scores
+    after scaling, dS, which is a float mask's (it is added to them)."""
     xp = ctx.xp
     out_q, out_k, out_v = outs
     if ctx.path == "dense":
@@ -162,8 +164,8 @@ def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v
     if keep is not None:
         attended = probs * keep * (1.0 / (1.0 - ctx.dropout_p))
     grad_v = matmul(xp.swapaxes(attended, -1, -2), grad, out=out_v) if need_v else None
-    grad_q = grad_k = None
-    if need_q or need_k:
+    grad_q = grad_k = grad_mask = None
+    if need_q or need_k or need_mask:
         d_probs = matmul(grad, xp.swapaxes(v, -1, -2))  # (..., L, S)
         if keep is not None:
             d_probs *= keep
@@ -175,13 +177,21 @@ def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v
             d, p = d_scores[rows], probs[rows]
             d -= (d * p).sum(axis=-1, keepdims=True)
             d *= p
-            d *= ctx.scale
+            if not need_mask:
+                d *= ctx.scale
 
         run_split(softmax_backward, row_pieces(d_scores))
+        if need_mask:  # dS before the scale: the mask is added to the scaled scores
+            grad_mask = d_scores
+            if need_q or need_k:
+                grad_mask = d_scores.copy()
+                d_scores *= ctx.scale
         if need_q:
             grad_q = matmul(d_scores, k, out=out_q)
         if need_k:
             grad_k = matmul(xp.swapaxes(d_scores, -1, -2), q, out=out_k)
+    if need_mask:
+        return grad_q, grad_k, grad_v, grad_mask
     return grad_q, grad_k, grad_v
 
 
@@ -196,6 +206,7 @@ def _into(out, array):
 class ScaledDotProductAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, scale, dropout_p):
+        ctx.mask_shape = None if mask is None else mask.shape
         result, saved = _attend(ctx, q, k, v, mask, causal, scale, dropout_p)
         ctx.save_for_backward(q, k, v, *saved)
         return result
@@ -203,12 +214,15 @@ class ScaledDotProductAttention(Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, *saved = ctx.saved_tensors
-        grad_q, grad_k, grad_v = _attend_backward(ctx, q, k, v, saved, grad,
-                                                  *ctx.needs_input_grad[:3])
+        need_mask = ctx.needs_input_grad[3]  # a float attn_mask that requires grad
+        grads = _attend_backward(ctx, q, k, v, saved, grad, *ctx.needs_input_grad[:3],
+                                 need_mask=need_mask)
+        grad_q, grad_k, grad_v = grads[:3]
         return (unbroadcast(grad_q, q.shape) if grad_q is not None else None,
                 unbroadcast(grad_k, k.shape) if grad_k is not None else None,
                 unbroadcast(grad_v, v.shape) if grad_v is not None else None,
-                None, None, None, None)
+                unbroadcast(grads[3], ctx.mask_shape) if need_mask else None,
+                None, None, None)
 
 
 def _heads(packed, n_head: int, parts: int):
@@ -364,7 +378,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
             raise ValueError(f"scaled_dot_product_attention: attn_mask of shape "
                              f"{tuple(attn_mask.shape)} does not broadcast to the scores' "
                              f"shape {scores_shape}")
-        mask = attn_mask.data
+        # the Tensor itself: a float mask that requires grad (a learned bias) gets dS
+        mask = attn_mask
     if scale is None:
         scale = 1.0 / math.sqrt(q_shape[-1])
     query, key, value = autocast_lower(query, key, value)

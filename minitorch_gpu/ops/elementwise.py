@@ -437,7 +437,10 @@ def div(a: Any, b: Any, *, rounding_mode: Optional[str] = None) -> Tensor:
 
 
 def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - mirrors torch.pow
-    return Pow.apply(*binary_operands(a, b, "pow"))
+    a, b = binary_operands(a, b, "pow")
+    if type(b) is int and b < 0 and isinstance(a, Tensor) and a.dtype.kind in "iub":
+        raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
+    return Pow.apply(a, b)
 
 
 def maximum(a: Any, b: Any) -> Tensor:
@@ -610,6 +613,7 @@ def _bitwise(name: str, ufunc: str):
 
 bitwise_and = _bitwise("bitwise_and", "bitwise_and")
 bitwise_or = _bitwise("bitwise_or", "bitwise_or")
+bitwise_xor = _bitwise("bitwise_xor", "bitwise_xor")
 
 
 def bitwise_not(a: Tensor) -> Tensor:

@@ -237,6 +237,9 @@ class GatherAlongDim(Function):
     def forward(ctx, a, index, dim):
         ctx.in_shape, ctx.dim = a.shape, dim
         ctx.save_for_backward(index)
+        if index.shape != a.shape:  # index may be smaller in the other dims: read that corner
+            a = a[tuple(slice(None) if d == dim else slice(0, n)
+                        for d, n in enumerate(index.shape))]
         return ctx.xp.take_along_axis(a, index, axis=dim)
 
     @staticmethod
@@ -260,6 +263,38 @@ def view(a: Tensor, shape: Sequence[int]) -> Tensor:
             f"{tuple(a.shape)} and strides {a.stride()} (the tensor is not contiguous "
             "there); use .reshape(...), which copies when it must, or .contiguous().view(...)")
     return ReshapeView.apply(a, shape)
+
+
+def view_dtype(a: Tensor, dtype: Any) -> Tensor:
+    """The same bytes read as ``dtype`` (PyTorch's ``view(dtype)``): same memory, no copy.
+
+    Of equal itemsize, any layout and the same shape. Otherwise the last dim shrinks or
+    grows by the ratio of the itemsizes, as in PyTorch, which needs it to have stride 1
+    (and, to grow the itemsize, a size and other strides the ratio divides). Not
+    differentiable: the result is cut from the graph, as an integer reading of floats must be.
+    """
+    require_tensor(a, "view")
+    dtype = dtypes.as_dtype(dtype)
+    old, new = a.dtype.itemsize, dtype.itemsize
+    if old != new:
+        names = f"{a.dtype} as {dtype} (different element sizes)"
+        if a.ndim == 0:
+            raise RuntimeError(f"view: a 0-d tensor cannot be viewed as {names}")
+        if a.stride(-1) != 1:
+            raise RuntimeError(f"view: the last dim must have stride 1 to view {names}, got "
+                               f"strides {a.stride()}")
+        if new > old:
+            ratio = new // old
+            if a.shape[-1] % ratio:
+                raise RuntimeError(f"view: self.size(-1) must be divisible by {ratio} to view "
+                                   f"{names}, but got {a.shape[-1]}")
+            if builtins.any(s % ratio for s in a.stride()[:-1]):
+                raise RuntimeError(f"view: self.stride(k) must be divisible by {ratio} for "
+                                   f"every k < ndim - 1 to view {names}, got strides "
+                                   f"{a.stride()}")
+    out = Tensor._make(a.data.view(dtype), a._backend, False)
+    out._version = a._version  # a view: in-place updates of either are seen by both
+    return out
 
 
 def reshape(a: Tensor, shape: Sequence[int]) -> Tensor:
@@ -370,19 +405,74 @@ def index_key(key: Any, tensor: Tensor) -> Any:
         elif isinstance(k, float):
             raise IndexError(f"indexing: float index {k}; indices must be ints, slices, "
                              "None, ... or integer/bool tensors")
+        elif isinstance(k, slice) and k.step is not None:
+            step = k.step.__index__()  # PyTorch's words, not NumPy's (which allows < 0)
+            if step == 0:
+                raise ValueError("indexing: slice step cannot be zero")
+            if step < 0:
+                raise ValueError(f"indexing: step must be greater than zero, got {step} "
+                                 "(use flip for a reversed copy)")
         out.append(k)
     return tuple(out)
 
 
+def split_advanced_key(key: tuple) -> Optional[tuple]:
+    """PyTorch's placement of advanced indices, as two keys: (basic, advanced), or None
+    when ``key`` has no int beside an index array (NumPy's rule is then PyTorch's).
+
+    NumPy counts an int beside an index array as one more advanced index, so in
+    ``x[1, :, idx]`` the two are apart and the indexed dims go first: (2, 3) for x of
+    shape (2, 3, 4). PyTorch selects with the ints first and then places the index arrays
+    among the dims left, where ``idx`` stands alone: (3, 2). The basic key (the ints,
+    slices and None, every index array replaced by full slices) is a view; the advanced
+    key indexes that view, with full slices where the basic key kept a dim.
+    """
+    arrays = [k for k in key if not (k is None or k is Ellipsis or isinstance(k, slice)
+                                     or isinstance(k, (int, np.integer)))]
+    if not arrays or not builtins.any(isinstance(k, (int, np.integer)) and
+                                      not isinstance(k, bool) for k in key):
+        return None
+    basic, advanced = [], []
+    for k in key:
+        if k is None or isinstance(k, slice):
+            basic.append(k)
+            advanced.append(slice(None))  # a None has made a dim of size 1
+        elif k is Ellipsis:
+            basic.append(k)
+            advanced.append(k)
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            basic.append(k)  # the dim is gone
+        else:  # an index array: a bool mask spans as many dims as it has
+            spans = k.ndim if getattr(k, "dtype", None) == bool else 1
+            basic.extend([slice(None)] * spans)
+            advanced.append(k)
+    return tuple(basic), tuple(advanced)
+
+
 def getitem(a: Tensor, key: Any) -> Tensor:
-    """``a[key]``: a view for ints/slices/None/..., a gathered copy for index arrays."""
+    """``a[key]``: a view for ints/slices/None/..., a gathered copy for index arrays
+    (placed as PyTorch places them, see ``split_advanced_key``)."""
     key = index_key(key, a)
     try:
         if _is_basic_key(key):
             return Slice.apply(a, key)
+        parts = split_advanced_key(key)
+        if parts is not None:
+            return Gather.apply(Slice.apply(a, parts[0]), parts[1])
         return Gather.apply(a, key)
     except IndexError as exc:
         raise IndexError(f"indexing a tensor of shape {tuple(a.shape)}: {exc}") from None
+
+
+def setitem_target(array: Any, key: tuple) -> tuple:
+    """(array, key) such that ``array[key] = value`` writes what ``tensor[key] = value``
+    writes in PyTorch: the basic part of the key applied first as a view (see
+    ``split_advanced_key``)."""
+    parts = split_advanced_key(key)
+    if parts is None:
+        return array, key
+    basic = parts[0] if builtins.any(k is Ellipsis for k in parts[0]) else parts[0] + (Ellipsis,)
+    return array[basic], parts[1]  # (a view: Ellipsis keeps a 0-d result an array)
 
 
 def narrow(a: Tensor, dim: int, start: int, length: int) -> Tensor:
@@ -471,7 +561,17 @@ def gather(a: Tensor, dim: int, index: Tensor) -> Tensor:
         raise TypeError(f"gather: index must be an integer tensor, got {index.dtype}")
     if index.ndim != a.ndim:
         raise ValueError(f"gather: index has {index.ndim} dims, the input {a.ndim}")
-    return GatherAlongDim.apply(a, index.data, _wrap_dim(dim, a.ndim, "gather"))
+    if index._backend is not a._backend:
+        raise RuntimeError(f"gather: the index is on {index.device}, the input on {a.device}")
+    d = _wrap_dim(dim, a.ndim, "gather")
+    # as PyTorch: index may be smaller than the input in every dim but ``dim``
+    if builtins.any(n > m for i, (n, m) in enumerate(zip(index.shape, a.shape)) if i != d):
+        raise ValueError(f"gather: index of shape {tuple(index.shape)} must be no larger than "
+                         f"the input {tuple(a.shape)} in every dim but dim {d}")
+    if a.ndim:
+        a._backend.check_in_range(index.data, a.shape[d], "gather: index",
+                                  f"is out of bounds for dim {d} with size {a.shape[d]}")
+    return GatherAlongDim.apply(a, index.data, d)
 
 
 def contiguous(a: Tensor) -> Tensor:
