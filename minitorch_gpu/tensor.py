@@ -547,6 +547,128 @@ class Tensor:
     def multinomial(self, num_samples: int, replacement: bool = False) -> "Tensor":
         return _ops.multinomial(self, num_samples, replacement)
 
+    # PyTorch's other names for the ops above, and small compositions of them
+    def divide(self, other: Any, *, rounding_mode: Optional[str] = None) -> "Tensor":
+        return self.div(other, rounding_mode=rounding_mode)
+
+    def true_divide(self, other: Any) -> "Tensor":
+        return self.div(other)
+
+    def absolute(self) -> "Tensor":
+        return self.abs()
+
+    greater, less, not_equal = gt, lt, ne
+    greater_equal, less_equal = ge, le
+
+    def square(self) -> "Tensor":
+        return _ops.mul(self, self)
+
+    def clamp_min(self, min: Any) -> "Tensor":  # noqa: A002 - torch's name
+        return _ops.clamp(self, min, None)
+
+    def clamp_max(self, max: Any) -> "Tensor":  # noqa: A002 - torch's name
+        return _ops.clamp(self, None, max)
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        return self.to(other.dtype)
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_floating(self.dtype)
+
+    def is_signed(self) -> bool:
+        return self.dtype.kind in "fi" or self.dtype == dtypes.bfloat16
+
+    def ndimension(self) -> int:
+        return self.data.ndim
+
+    nelement = numel
+
+    def new_tensor(self, data: Any, dtype: Any = None) -> "Tensor":
+        """A new leaf holding ``data``, with this tensor's dtype and device by default."""
+        return Tensor(data, device=self.device, dtype=self.dtype if dtype is None else dtype)
+
+    def new_full(self, size: Any, fill_value: Any, dtype: Any = None) -> "Tensor":
+        dtype = self.dtype if dtype is None else dtypes.as_dtype(dtype)
+        array = self._backend.xp.full(_shape_args((size,)) if isinstance(size, int)
+                                      else _shape_args(size), fill_value, dtype=dtype)
+        return Tensor._make(array, self._backend, False)
+
+    def new_zeros(self, *size: Any, dtype: Any = None) -> "Tensor":
+        return self.new_full(_shape_args(size), 0, dtype)
+
+    def new_ones(self, *size: Any, dtype: Any = None) -> "Tensor":
+        return self.new_full(_shape_args(size), 1, dtype)
+
+    def new_empty(self, *size: Any, dtype: Any = None) -> "Tensor":
+        return self.new_full(_shape_args(size), 0, dtype)
+
+    def swapaxes(self, axis0: int, axis1: int) -> "Tensor":
+        return _ops.transpose(self, axis0, axis1)
+
+    swapdims = swapaxes
+
+    def movedim(self, source: Any, destination: Any) -> "Tensor":
+        """Move dims ``source`` to positions ``destination`` (ints or sequences): a view."""
+        src = [_wrap_dim(d, self.ndim, "movedim") for d in
+               (source if isinstance(source, (tuple, list)) else (source,))]
+        dst = [_wrap_dim(d, self.ndim, "movedim") for d in
+               (destination if isinstance(destination, (tuple, list)) else (destination,))]
+        if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+            raise ValueError(f"movedim: source {source} and destination {destination} must "
+                             "be as many distinct dims")
+        rest = iter(d for d in range(self.ndim) if d not in src)
+        placed = dict(zip(dst, src))
+        return _ops.permute(self, tuple(placed[i] if i in placed else next(rest)
+                                        for i in range(self.ndim)))
+
+    moveaxis = movedim
+
+    def unbind(self, dim: int = 0) -> tuple:
+        """The slices along ``dim``, each without it (views)."""
+        d = _wrap_dim(dim, self.ndim, "unbind")
+        return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    def index_select(self, dim: int, index: "Tensor") -> "Tensor":
+        """The entries ``index`` (1-D integers) along ``dim``: a copy."""
+        if not isinstance(index, Tensor) or index.ndim > 1 or index.dtype.kind not in "iu":
+            raise TypeError("index_select: index must be a 0-d or 1-D integer tensor")
+        d = _wrap_dim(dim, self.ndim, "index_select")
+        return self[(slice(None),) * d + (index.reshape(-1),)]
+
+    def mm(self, other: "Tensor") -> "Tensor":
+        if self.ndim != 2 or getattr(other, "ndim", 0) != 2:
+            raise ValueError("mm: expected two 2-D tensors")
+        return _ops.matmul(self, other)
+
+    def bmm(self, other: "Tensor") -> "Tensor":
+        if self.ndim != 3 or getattr(other, "ndim", 0) != 3:
+            raise ValueError("bmm: expected two 3-D tensors")
+        return _ops.matmul(self, other)
+
+    def mv(self, vec: "Tensor") -> "Tensor":
+        if self.ndim != 2 or getattr(vec, "ndim", 0) != 1:
+            raise ValueError("mv: expected a 2-D tensor and a 1-D tensor")
+        return _ops.matmul(self, vec)
+
+    def dot(self, other: "Tensor") -> "Tensor":
+        if self.ndim != 1 or getattr(other, "ndim", 0) != 1:
+            raise ValueError("dot: expected two 1-D tensors")
+        return _ops.matmul(self, other)
+
+    def outer(self, other: "Tensor") -> "Tensor":
+        return _ops.mul(self.reshape(-1, 1), other.reshape(1, -1))
+
+    def allclose(self, other: "Tensor", rtol: float = 1e-05, atol: float = 1e-08,
+                 equal_nan: bool = False) -> bool:
+        other = other.data if isinstance(other, Tensor) else other
+        return bool(self._backend.xp.allclose(self.data, other, rtol=rtol, atol=atol,
+                                              equal_nan=equal_nan))
+
+    def equal(self, other: "Tensor") -> bool:
+        """Same shape and the same values (torch.equal)."""
+        return self.shape == other.shape and bool(self._backend.xp.array_equal(self.data,
+                                                                               other.data))
+
     def exp(self) -> "Tensor":
         return _ops.exp(self)
 

@@ -270,3 +270,32 @@ def test_axis_and_keepdims_aliases() -> None:
         t = torch.tensor(np.arange(6.0).reshape(2, 3))
         assert t.sum(axis=0).tolist() == x.sum(axis=0).tolist()
         assert tuple(torch.sum(t, axis=1, keepdims=True).shape) == (2, 1)
+
+
+def test_more_method_spellings_match_torch() -> None:
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((2, 3, 4))
+    x = mt.tensor(values, requires_grad=True)
+    forms = [
+        lambda t: t.divide(2), lambda t: t.true_divide(t + 3), lambda t: t.absolute(),
+        lambda t: t.square(), lambda t: t.clamp_min(0.1), lambda t: t.clamp_max(0.1),
+        lambda t: t.movedim(0, -1), lambda t: t.movedim((0, 1), (2, 0)),
+        lambda t: t.swapaxes(0, 2), lambda t: t.unbind(1)[2], lambda t: t[0].mm(t[1].mT),
+        lambda t: t.bmm(t.mT), lambda t: t[0, 0].dot(t[1, 1]), lambda t: t[0, 0].outer(t[0, 1]),
+        lambda t: t[0].mv(t[1, 0]),
+    ]
+    for i, form in enumerate(forms):
+        out = form(x)
+        out.sum().backward()
+        assert x.grad is not None, i
+        x.grad = None
+        if torch is not None:
+            np.testing.assert_allclose(host(out), form(torch.tensor(values)).numpy(),
+                                       rtol=1e-12, err_msg=str(i))
+    assert x.greater(0).tolist() == (x > 0).tolist()
+    assert x.ndimension() == 3 and x.nelement() == 24 and x.is_floating_point()
+    assert x.type_as(mt.tensor([1])).dtype == mt.int64
+    assert x.new_zeros(2, 2).dtype == mt.float64 and x.new_ones((3,)).tolist() == [1, 1, 1]
+    assert x.new_tensor([1, 2]).dtype == mt.float64
+    assert x.index_select(2, mt.tensor([3, 0])).shape == (2, 3, 2)
+    assert x.allclose(x) and x.equal(x) and not x.equal(x + 1)
