@@ -378,3 +378,41 @@ def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: Dev
     if dtypes.is_integer(dtype):
         values = xp.trunc(values)
     return _finish(values.astype(dtype), backend, requires_grad)
+
+
+def eye(n: int, m: Optional[int] = None, *, dtype: Any = None, device: DeviceLike = None,
+        requires_grad: bool = False) -> Tensor:
+    """The (n, m) identity: ones on the main diagonal (``m`` defaults to ``n``)."""
+    m = n if m is None else m
+    _shape((n, m), "eye")
+    backend = get_backend(device or "cpu")
+    return _finish(backend.xp.eye(int(n), int(m), dtype=_dtype(dtype)), backend, requires_grad)
+
+
+def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: DeviceLike = None,
+             requires_grad: bool = False) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end``, both included (float32 by
+    default). Like PyTorch, the first half counts up from ``start`` and the second half
+    down from ``end``, so both ends are exact."""
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 0:
+        raise ValueError(f"linspace: number of steps must be a non-negative int, got {steps!r}")
+    for name, v in (("start", start), ("end", end)):
+        if isinstance(v, Tensor):
+            if v.ndim:
+                raise ValueError(f"linspace: {name} must be a number or a 0-d tensor, got "
+                                 f"shape {tuple(v.shape)}")
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    dtype = _dtype(dtype)
+    backend = get_backend(device or "cpu")
+    xp = backend.xp
+    # computed in the output's float dtype, as PyTorch does, so float32 values match its
+    work = dtype if dtypes.is_floating(dtype) and dtype.itemsize >= 4 else np.dtype(np.float64)
+    i = xp.arange(int(steps)).astype(work)
+    begin, finish = work.type(start), work.type(end)
+    step = (finish - begin) / work.type(steps - 1) if steps > 1 else work.type(0)
+    values = xp.where(i < steps // 2, begin + i * step, finish - (steps - 1 - i) * step)
+    if steps == 1:
+        values = xp.full(1, begin, dtype=work)
+    if dtypes.is_integer(dtype):
+        values = xp.trunc(values)
+    return _finish(values.astype(dtype), backend, requires_grad)

@@ -26,6 +26,9 @@ FORMS = [
     ("ij->", [(3, 4)]),
     ("ij,kl->", [(2, 3), (4, 5)]),
     ("bij,bjk->bik", [(1, 3, 4), (2, 4, 5)]),  # a size-1 dim broadcast
+    ("ii->i", [(3, 3)]),  # a diagonal
+    ("ii", [(3, 3)]),  # a trace
+    ("bii,bi->b", [(2, 4, 4), (2, 4)]),
 ]
 
 
@@ -46,8 +49,8 @@ def test_einsum_against_numpy(equation, shapes):
     for i, t in enumerate(tensors):  # d/dA_i = einsum(grad, the others -> A_i)
         others = [arrays[j] for j in range(len(arrays)) if j != i]
         subs = [out_sub] + [lhs[j] for j in range(len(arrays)) if j != i]
-        if not set(lhs[i]) <= set("".join(subs)):
-            continue  # a summed-away index: the gradient is a broadcast (op table checks it)
+        if not set(lhs[i]) <= set("".join(subs)) or len(set(lhs[i])) != len(lhs[i]):
+            continue  # a summed-away or repeated index: the op table checks these gradients
         np.testing.assert_allclose(t.grad.numpy(), np.einsum(
             ",".join(subs) + "->" + lhs[i], grad, *others), rtol=1e-10, atol=1e-12)
 
@@ -72,7 +75,8 @@ def test_einsum_takes_a_list_and_promotes():
 
 
 @pytest.mark.parametrize("equation, shapes, message", [
-    ("ii->i", [(3, 3)], "repeated subscripts"),
+    ("ij->i", [(3, 3, 3)], "name 2 dims"),
+    ("iij->j", [(3, 2, 4)], "size"),
     ("ij,jk->ik", [(3, 4), (5, 6)], "size"),
     ("ij->ik", [(3, 4)], "output subscripts"),
     ("ijk->i", [(3, 4)], "name 3 dims"),

@@ -210,7 +210,8 @@ for _eq, _shapes in (("ij,jk->ik", [(3, 4), (4, 5)]), ("bhqd,bhkd->bhqk", [(2, 3
                                                                            (2, 3, 6, 5)]),
                      ("...d,ed->...e", [(2, 3, 4), (5, 4)]), ("bte,eo,bt->bo",
                                                               [(2, 3, 4), (4, 5), (2, 3)]),
-                     ("ij,ij", [(3, 4), (3, 4)]), ("bsd,ed->bse", [(2, 3, 4), (5, 4)])):
+                     ("ij,ij", [(3, 4), (3, 4)]), ("bsd,ed->bse", [(2, 3, 4), (5, 4)]),
+                     ("ii", [(3, 3)]), ("bii,bi->b", [(2, 4, 4), (2, 4)])):
     case(f"einsum-{_eq}", lambda m, F, *ts, e=_eq: m.einsum(e, *ts),
          *(normal(*s) for s in _shapes))
 case("dtypes", lambda m, F, x, i: (x.float(), x.double(), x.half(), x.long(), i.int(), i.bool(),

@@ -7,8 +7,8 @@ output), contracted (both, not the output) and kept (one and the output), and th
 permuted and reshaped to (batch, m, k) @ (batch, k, n), one call of the backend's matmul
 (BLAS, cuBLAS), then reshaped and permuted to the output. More operands contract left to
 right, each intermediate keeping the indices still needed. Backward of a pair is two more
-such contractions of the gradient with the other operand, on raw arrays. Repeated indices
-within one operand (traces, diagonals) are refused with a clear error.
+such contractions of the gradient with the other operand, on raw arrays. An index repeated
+within one operand (a trace, a diagonal) first takes that diagonal as a strided view.
 """
 from __future__ import annotations
 
@@ -53,9 +53,6 @@ def _parse(equation: str, shapes: Sequence[tuple]) -> Tuple[List[str], str]:
         for c in term:
             if c not in _LETTERS:
                 raise ValueError(f"einsum: invalid subscript {c!r} in {equation!r}")
-        if len(set(term)) != len(term):
-            raise ValueError(f"einsum: repeated subscripts within one operand ({term!r}: "
-                             f"traces and diagonals) are not supported")
         subs.append(term)
     if explicit:
         out = out.replace("...", ell)
@@ -150,6 +147,38 @@ class EinsumPair(Function):
         return grad_a, grad_b, None, None, None, None
 
 
+def _diagonal(xp: Any, a: Any, sub: str) -> Tuple[Any, str]:
+    """The view of ``a`` on the diagonal of each index repeated in ``sub`` (strides only)."""
+    unique = "".join(dict.fromkeys(sub))
+    shape, strides = [], []
+    for c in unique:
+        places = [i for i, d in enumerate(sub) if d == c]
+        sizes = {a.shape[i] for i in places}
+        if len(sizes) != 1:
+            raise ValueError(f"einsum: repeated subscript {c!r} over dims of different sizes "
+                             f"{sorted(sizes)}")
+        shape.append(a.shape[places[0]])
+        strides.append(sum(a.strides[i] for i in places))
+    return xp.lib.stride_tricks.as_strided(a, tuple(shape), tuple(strides)), unique
+
+
+class Diagonal(Function):
+    """einsum's repeated index within one operand ("ii->i", "ii", "bii->bi")."""
+
+    @staticmethod
+    def forward(ctx, a, sub):
+        ctx.a_shape, ctx.a_dtype, ctx.sub = a.shape, a.dtype, sub
+        view, _ = _diagonal(ctx.xp, a, sub)
+        return view.copy()
+
+    @staticmethod
+    def backward(ctx, grad):
+        buffer = ctx.xp.zeros(ctx.a_shape, dtype=ctx.a_dtype)
+        view, _ = _diagonal(ctx.xp, buffer, ctx.sub)
+        view[...] = grad  # the diagonal of a fresh contiguous buffer: every place once
+        return buffer, None
+
+
 def _reduce_alone(t: Tensor, sub: str, keep: str) -> Tuple[Tensor, str]:
     """Sum ``t`` over the indices of ``sub`` not in ``keep``; permute to ``sub``'s order kept."""
     drop = tuple(i for i, c in enumerate(sub) if c not in keep)
@@ -176,6 +205,10 @@ def einsum(equation: str, *operands: Any) -> Tensor:
     subs, out = _parse(equation, [tuple(t.shape) for t in operands])
     sizes = _sizes(subs, [tuple(t.shape) for t in operands])
     tensors = list(operands)
+    for i, sub in enumerate(subs):
+        if len(set(sub)) != len(sub):
+            tensors[i] = Diagonal.apply(tensors[i], sub)
+            subs[i] = "".join(dict.fromkeys(sub))
     if len(tensors) > 1:  # one dtype for every product, as + would promote
         first = tensors[0]
         for i in range(1, len(tensors)):
