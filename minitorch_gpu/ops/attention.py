@@ -332,7 +332,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     -> (..., L, Ev), as torch.nn.functional.scaled_dot_product_attention.
 
     ``attn_mask`` is bool (True = may attend) or float (added to the scores), broadcast to
-    (..., L, S); a query it leaves no key to attend to gets zeros, not nan. ``is_causal``
+    (..., L, S); a query it leaves no key to attend to gets zeros, not nan. A float mask
+    that requires grad (a learned bias) gets the scores' gradient, summed over the dims it
+    was broadcast along. ``is_causal``
     masks keys after each query (top-left aligned when L != S). ``dropout_p`` applies
     dropout to the attention weights; pass 0 in evaluation.
 
