@@ -17,7 +17,6 @@ from .ops import *  # noqa: F401,F403 - the functional API: mt.add, mt.matmul, m
 from .creation import (arange, empty, empty_like, from_numpy, full, full_like, ones, ones_like,
                        rand, randint, randn, randn_like, tensor, zeros, zeros_like)
 from .creation import eye, linspace
-from .creation import eye, linspace
 from . import cuda, functional, testing  # noqa: E402
 from . import nn, optim  # noqa: E402  (modules and optimizers build on everything above)
 

@@ -19,10 +19,6 @@ from .sorting import multinomial, sort, topk
 from .reduce import cumprod, logsumexp, prod, std_mean, var_mean
 from .sorting import argsort
 from .indexing import (flip, masked_select, nonzero, one_hot, pad, repeat, repeat_interleave,
-                       roll, scatter, scatter_add, scatter_reduce, unflatten)
-from .reduce import cumprod, logsumexp, prod, std_mean, var_mean
-from .sorting import argsort
-from .indexing import (flip, masked_select, nonzero, one_hot, pad, repeat, repeat_interleave,
                        roll, unflatten)
 from .scatter import scatter, scatter_add, scatter_reduce
 from .matmul import linear, matmul
