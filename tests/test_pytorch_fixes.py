@@ -204,6 +204,16 @@ def test_integer_to_negative_integer_power() -> None:
     assert (mt.tensor([2]) ** -1.0).tolist() == [0.5]
 
 
+def test_integer_tensor_to_negative_integer_tensor_powers() -> None:
+    """NumPy refuses any negative integer exponent; PyTorch computes 1 // a ** n."""
+    base, exponent = [0, 1, 2, -1, -1, 3, -2], [-1, -3, -1, -1, -2, 2, 3]
+    expected = [0, 1, 0, -1, 1, 9, -8]
+    assert (mt.tensor(base) ** mt.tensor(exponent)).tolist() == expected
+    assert (2 ** mt.tensor([-1, 3])).tolist() == [0, 8]
+    if torch is not None:
+        assert (torch.tensor(base) ** torch.tensor(exponent)).tolist() == expected
+
+
 def test_arange_past_the_dtype_range() -> None:
     with pytest.raises(RuntimeError, match="cannot be converted to type int64 without "
                                            "overflow"):

@@ -440,7 +440,24 @@ def pow(a: Any, b: Any) -> Tensor:  # noqa: A001 - mirrors torch.pow
     a, b = binary_operands(a, b, "pow")
     if type(b) is int and b < 0 and isinstance(a, Tensor) and a.dtype.kind in "iub":
         raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
+    if isinstance(b, Tensor) and b.dtype.kind == "i" and \
+            (a.dtype.kind in "iu" if isinstance(a, Tensor) else type(a) is int):
+        return _integer_pow(a, b)
     return Pow.apply(a, b)
+
+
+def _integer_pow(a: Any, b: Tensor) -> Tensor:
+    """Integers to integer tensor powers as PyTorch computes them, where NumPy refuses any
+    negative exponent: a ** -n is 1 for a == 1, +-1 for a == -1, else 0 (integer division
+    of 1 by a ** n; 0 ** -n too). No gradient: the values are integers."""
+    xp = b._backend.xp
+    base, exponent = (a.data if isinstance(a, Tensor) else a), b.data
+    negative = exponent < 0
+    out = xp.power(base, xp.where(negative, 0, exponent))
+    odd = (exponent % 2) == 1
+    small = xp.where(base == 1, 1, xp.where(base == -1, xp.where(odd, -1, 1), 0))
+    out = xp.where(negative, small, out).astype(b.dtype, copy=False)
+    return Tensor._make(xp.asarray(out), b._backend, False)
 
 
 def maximum(a: Any, b: Any) -> Tensor:
