@@ -425,6 +425,7 @@ class Tensor:
         value = _inplace_operand(self, other, "add_")
         if alpha != 1:
             value = value * alpha
+        value = _wrapped_int(value, self)
         self.data += value
         return self._bump()
 
@@ -432,11 +433,12 @@ class Tensor:
         value = _inplace_operand(self, other, "sub_")
         if alpha != 1:
             value = value * alpha
+        value = _wrapped_int(value, self)
         self.data -= value
         return self._bump()
 
     def mul_(self, other: Any) -> "Tensor":
-        self.data *= _inplace_operand(self, other, "mul_")
+        self.data *= _wrapped_int(_inplace_operand(self, other, "mul_"), self)
         return self._bump()
 
     def div_(self, other: Any) -> "Tensor":
@@ -992,6 +994,14 @@ _TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "
                "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor",
                "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
                "bool": "BoolTensor"}
+
+
+def _wrapped_int(value: Any, target: Tensor) -> Any:
+    """A Python int wrapped into an integer ``target``'s dtype, as PyTorch's in-place
+    arithmetic does (``int32_tensor += 2**32`` adds 0), where NumPy raises."""
+    if type(value) is int and target.data.dtype.kind in "iu":
+        return _ops._util.wrap_int(value, target.data.dtype)
+    return value
 
 
 def _scaled(other: Any, alpha: Any) -> Any:

@@ -191,6 +191,15 @@ def test_python_int_out_of_range_wraps(dtype, value: int, expected: list) -> Non
         assert (ta | value).tolist() == expected
 
 
+def test_inplace_arithmetic_wraps_python_ints() -> None:
+    a = mt.tensor([1, 2], dtype=mt.int32)
+    a += 2 ** 32  # adds 0, as in PyTorch
+    a.add_(0xFFFFFFFF)  # adds -1
+    a.mul_(2 ** 32 + 3)  # multiplies by 3
+    a.sub_(1, alpha=2 ** 32 + 1)  # subtracts 1
+    assert a.tolist() == [-1, 2] and a.dtype == mt.int32
+
+
 def test_python_int_past_uint64_is_an_overflow() -> None:
     with pytest.raises(OverflowError, match="too big"):
         mt.tensor([1]) | 2 ** 64
