@@ -85,6 +85,17 @@ case("method-spellings", lambda m, F, a, b, c: (
     c.logical_or(c), c.bitwise_and(c), c.bitwise_or(c), c.bitwise_xor(c), c.bitwise_not()),
      positive(3, 4), positive(3, 4), Const(normal(3, 4) > 0),
      covers=("multiply", "subtract", "negative", "type"))
+case("more-spellings", lambda m, F, a, b, v: (
+    a.absolute(), a.square(), a.divide(b), a.true_divide(b), a.greater(b), a.greater_equal(b),
+    a.less(b), a.less_equal(b), a.not_equal(b), a.clamp_min(0.8), a.clamp_max(1.2),
+    a.mm(b.T), a.mv(v), v.dot(v), v.outer(v), a[None].bmm(b.T[None]), a.type_as(v),
+    a.swapaxes(0, 1), a.swapdims(0, 1), a.moveaxis(0, 1), a.movedim(1, 0), a.unbind(1),
+    a.index_select(1, m.tensor([2, 0]))),
+     positive(3, 4), positive(3, 4), positive(4),
+     covers=("absolute", "square", "divide", "true_divide", "greater", "greater_equal", "less",
+             "less_equal", "not_equal", "clamp_min", "clamp_max", "mm", "mv", "dot", "outer",
+             "bmm", "type_as", "swapaxes", "swapdims", "moveaxis", "movedim", "unbind",
+             "index_select"))
 case("clamp", lambda m, F, x: m.clamp(x, -0.5, 0.5), distinct(3, 4), covers=("clamp", "clip"))
 case("clip-method", lambda m, F, x: x.clip(min=0.1), distinct(3, 4))
 case("where", lambda m, F, c, a, b: m.where(c, a, b), Const(normal(3, 4) > 0), normal(3, 4),
@@ -226,6 +237,12 @@ EXEMPT = {
         "item", "nbytes", "ndim", "numel", "numpy", "requires_grad", "requires_grad_",
         "retain_grad", "shape", "size", "stride", "tolist", "set_", "to_device", "index_key",
         "reshape_as", "view_as", "bfloat16")},
+    **{n: "not an op: a Python value about the tensor or its dtype (test_pytorch_fixes)"
+       for n in ("allclose", "equal", "is_floating_point", "is_signed", "ndimension",
+                 "nelement")},
+    **{n: "creation from a tensor's dtype and device: no gradient, values checked in "
+          "test_pytorch_fixes" for n in ("new_empty", "new_full", "new_ones", "new_tensor",
+                                          "new_zeros")},
     **{n: "in-place: refused on tensors that require grad; covered by test_torch_semantics"
        for n in ("add_", "sub_", "mul_", "div_", "clamp_", "copy_", "fill_", "zero_",
                  "normal_", "uniform_")},
@@ -235,20 +252,7 @@ EXEMPT = {
                                "with split heads)",
 }
 # known failures owned by others: case name -> reason (xfail, not hidden)
-KNOWN_FAILURES: dict = {
-    # issue 18 item 7 (PyTorch's method spellings), another engineer's, not yet committed
-    # when this was written: drop these entries once it is
-    "unary-neg": "Tensor.neg (method spellings, issue 18 item 7)",
-    "method-spellings": "Tensor.add/mul/multiply/sub/subtract/neg/type/... (issue 18 item 7)",
-    # issue 18 item 1 (the wrong answers and crashes), the PyTorch-fixes engineer's
-    "getitem-int-slice-tensor": "x[1, :, idx]: NumPy's rule for the indexed dim's place "
-                                "(issue 18 item 1)",
-    "scaled_dot_product_attention-float-mask": "a float attn_mask gets no gradient "
-                                               "(issue 18 item 1)",
-    "gather": "an index smaller than the input in other dims (issue 18 item 1)",
-    # issue 18 item 2, the elementwise engineer's
-    "bitwise_xor": "bitwise_xor not yet exported (issue 18 item 2)",
-}
+KNOWN_FAILURES: dict = {}  # none at the moment (issue 18's fixes all landed)
 
 
 def _public_names() -> set:
@@ -315,11 +319,11 @@ def _run(torch, name, fn, inputs, rtol):
 
 def _params():
     for name, fn, inputs, rtol in CASES:
-        marks = [pytest.mark.xfail(reason=KNOWN_FAILURES[name])] if name in KNOWN_FAILURES else []
+        marks = [pytest.mark.xfail(reason=KNOWN_FAILURES[name], strict=True)] if name in KNOWN_FAILURES else []
         yield pytest.param(name, fn, inputs, rtol, id=name, marks=marks)
     for name in UNARY:
         fn = (lambda m, F, x, n=name: (getattr(m, n)(x), getattr(x, n)()))
-        marks = [pytest.mark.xfail(reason=KNOWN_FAILURES[f"unary-{name}"])] \
+        marks = [pytest.mark.xfail(reason=KNOWN_FAILURES[f"unary-{name}"], strict=True)] \
             if f"unary-{name}" in KNOWN_FAILURES else []
         yield pytest.param(name, fn, (positive(3, 4),), 1e-7, id=f"unary-{name}", marks=marks)
 
