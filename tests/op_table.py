@@ -851,7 +851,8 @@ for _eq, _shapes in (("ij,jk->ik", [(3, 4), (4, 5)]),
                      ("...d,ed->...e", [(2, 3, 4), (5, 4)]),
                      ("bte,eo,bt->bo", [(2, 3, 4), (4, 5), (2, 3)]),
                      ("ij->ji", [(3, 4)]),
-                     ("ij,ij", [(3, 4), (3, 4)])):
+                     ("ij,ij", [(3, 4), (3, 4)]),
+                     ("bii,bi->b", [(2, 4, 4), (2, 4)])):
     case(f"einsum-{_eq}", lambda *ts, e=_eq: mt.einsum(e, *ts),
          lambda *arrays, e=_eq: np.einsum(e, *arrays), *(Float(s) for s in _shapes))
 

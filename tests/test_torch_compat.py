@@ -319,7 +319,8 @@ def _run(torch, name, fn, inputs, rtol):
 
 def _params():
     for name, fn, inputs, rtol in CASES:
-        marks = [pytest.mark.xfail(reason=KNOWN_FAILURES[name], strict=True)] if name in KNOWN_FAILURES else []
+        marks = [pytest.mark.xfail(reason=KNOWN_FAILURES[name], strict=True)] \
+            if name in KNOWN_FAILURES else []
         yield pytest.param(name, fn, inputs, rtol, id=name, marks=marks)
     for name in UNARY:
         fn = (lambda m, F, x, n=name: (getattr(m, n)(x), getattr(x, n)()))
