@@ -68,6 +68,15 @@ def test_einsum_is_one_matmul_per_pair(monkeypatch):
     assert len(calls) == 3  # forward, then one for each gradient
 
 
+def test_einsum_keeps_bf16():
+    a = mt.randn(2, 3).to(mt.bfloat16)
+    b = mt.randn(3, 4).to(mt.bfloat16)
+    out = mt.einsum("ij,jk->ik", a, b)
+    assert out.dtype == mt.bfloat16
+    np.testing.assert_allclose(out.float().numpy(), (a.float() @ b.float()).numpy(), rtol=1e-2,
+                               atol=1e-2)
+
+
 def test_einsum_takes_a_list_and_promotes():
     a, b = mt.randn(2, 3), mt.ones(3, 4, dtype=mt.float64)
     out = mt.einsum("ij,jk->ik", [a, b])

@@ -128,7 +128,8 @@ class EinsumPair(Function):
     def forward(ctx, a, b, sa, sb, out, sizes):
         ctx.save_for_backward(a, b)
         ctx.subs = (sa, sb, out, sizes)
-        return _contract(ctx.backend, a, sa, b, sb, out, sizes)
+        # bf16 products come back in float32 (Backend.matmul): rounded once, to the operands'
+        return _contract(ctx.backend, a, sa, b, sb, out, sizes).astype(a.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
