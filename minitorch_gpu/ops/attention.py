@@ -401,7 +401,8 @@ def _grouped_query_attention(query: Tensor, key: Tensor, value: Tensor,
                          f"{tuple(query.shape)}, key {tuple(key.shape)}, value "
                          f"{tuple(value.shape)}")
     group = hq // hk
-    q_grouped = query.reshape(*query.shape[:-3], hk, group, *query.shape[-2:])  # (..., Hkv, G, L, E)
+    # (..., Hkv, G, L, E)
+    q_grouped = query.reshape(*query.shape[:-3], hk, group, *query.shape[-2:])
     k_grouped, v_grouped = key.unsqueeze(-3), value.unsqueeze(-3)  # (..., Hkv, 1, S, E)
     mask = attn_mask
     if mask is not None and mask.ndim >= 3 and mask.shape[-3] != 1:

@@ -257,8 +257,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Optional[Tensor] = None,  # 
     return loss.reshape(expected) if reduction == "none" else loss
 
 
-def binary_cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None,  # noqa: A002
-                         reduction: str = "mean") -> Tensor:
+def binary_cross_entropy(input: Tensor, target: Tensor,  # noqa: A002
+                         weight: Optional[Tensor] = None, reduction: str = "mean") -> Tensor:
     """-(t log x + (1 - t) log(1 - x)) of probabilities ``input`` and targets of its shape,
     each log clamped at -100 as PyTorch's; ``weight`` broadcasts to the input."""
     require_tensor(input, "binary_cross_entropy")
