@@ -982,6 +982,7 @@ case("masked-select", lambda x, m: x.masked_select(m), lambda x, m: x[m], Float(
 case("masked-select-broadcast", lambda x, m: mt.masked_select(x, m),
      lambda x, m: np.broadcast_to(x, m.shape)[m], Float((1, 5)), Const(ELEMENT_MASK))
 
+
 _names = [c.name for c in CASES]
 if len(set(_names)) != len(_names):
     raise ValueError(f"op_table: duplicate case names "

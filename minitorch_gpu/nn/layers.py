@@ -311,7 +311,6 @@ class LogSigmoid(Module):
         return F.logsigmoid(x)
 
 
-
 class Identity(Module):
     """Returns its input: a placeholder where a layer is switched off."""
 
