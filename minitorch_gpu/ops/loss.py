@@ -111,7 +111,11 @@ def cross_entropy(input: Tensor, target: Tensor, ignore_index: int = -100,  # no
                          f"{reduction!r}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
-    if dtypes.is_floating(target.dtype) and weight is None:
+    # a float target of the input's shape holds probabilities; one of the class ids' shape
+    # is a mistake (ids stored as floats), refused as PyTorch refuses it
+    ids_shape = () if input.ndim == 1 else tuple(input.shape[:1]) + tuple(input.shape[2:])
+    if dtypes.is_floating(target.dtype) and weight is None and \
+            tuple(target.shape) != ids_shape:
         return _soft_cross_entropy(input, target, reduction, label_smoothing)
     if not dtypes.is_integer(target.dtype):
         raise TypeError(f"cross_entropy: target must hold integer class ids (or float class "
