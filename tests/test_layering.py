@@ -1,0 +1,213 @@
+"""The package's layers, read from its import statements (ast; nothing is imported).
+
+DESIGN.md's rules as a test: each module belongs to one layer, and imports only from its
+own layer or the layers below; the backend imports neither tensor nor autograd; ops never
+import nn; nothing below the CLI imports the CLI. The one import circle allowed is the
+tensor <-> ops join: Tensor's operators and `backward()` call the ops and autograd's engine,
+which build their results as Tensors. Imports inside functions count: a lazy import is
+still a dependency.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "minitorch_gpu"
+
+# Bottom up. A module's layer is that of the longest prefix listed here; a module in
+# none of them fails the test, so a new file is placed on purpose.
+LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("foundation", ("backend", "atomic", "run_lock", "cuda", "machine")),
+    ("engine", ("tensor", "tensor_methods", "autograd", "ops", "amp", "creation",
+                "functional", "testing")),
+    ("model", ("nn", "optim")),
+    ("run", ("config", "data", "checkpoint", "memory", "distributed", "model_from_config",
+             "inference", "profiler", "trainer", "run_state", "run_directory", "plot_runs",
+             "tensorboard_log", "bench", "torch_reference")),
+    ("command line", ("cli", "__main__")),
+]
+
+# The tensor <-> ops join: the only imports that reach up, and the only circle.
+JOIN = ("tensor", "tensor_methods", "autograd", "ops")
+
+# Imports forbidden although the layers alone would allow them.
+FORBIDDEN = [
+    ("optim", "nn", "optim sits beside nn, not on it: it updates any tensors"),
+    ("profiler", "trainer", "the profiler builds its model from model_from_config"),
+    ("data", "trainer", "data knows nothing of the loop that reads it"),
+    ("checkpoint", "trainer", "checkpoints are files; the trainer uses them"),
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> Dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, modules: Set[str]) -> Set[str]:
+    """The package's modules that `name` imports (relative names, '' for the root)."""
+    is_package = path.name == "__init__.py"
+    found: Set[str] = set()
+
+    def resolve(dotted: str) -> str:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "minitorch_gpu" or alias.name.startswith("minitorch_gpu."):
+                    found.add(resolve(alias.name[len("minitorch_gpu."):]))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if name else []
+                if not is_package:
+                    base = base[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and (node.module == "minitorch_gpu"
+                                  or node.module.startswith("minitorch_gpu.")):
+                target = node.module[len("minitorch_gpu."):]
+            else:
+                continue
+            for alias in node.names:  # `from . import ops` imports the module ops
+                submodule = f"{target}.{alias.name}" if target else alias.name
+                found.add(submodule if submodule in modules else resolve(target))
+    found.discard(name)
+    return found
+
+
+def _graph() -> Dict[str, Set[str]]:
+    modules = _modules()
+    names = set(modules)
+    return {name: _imports(name, path, names) for name, path in modules.items()}
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def _in(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _layer(name: str) -> int:
+    if not name:  # the package root re-exports the engine, nn and optim: the public face
+        return [layer for layer, _ in LAYERS].index("model")
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        if _in(name, prefixes):
+            return rank
+    raise KeyError(name)
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[Set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    components: List[Set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(component)
+    return components
+
+
+GRAPH = _graph()
+
+
+def test_every_module_has_a_layer():
+    unplaced = [name for name in GRAPH if name and _top(name) not in
+                {p for _, prefixes in LAYERS for p in prefixes}]
+    assert not unplaced, (f"modules in no layer: {unplaced}; add each to LAYERS here and "
+                          "to docs/DESIGN.md's layer list")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if n))
+def test_imports_look_down(name):
+    rank = _layer(name)
+    upward = []
+    for target in sorted(GRAPH[name]):
+        if _layer(target) <= rank:
+            continue
+        if _in(name, JOIN) and _in(target, JOIN):
+            continue
+        upward.append(f"{target or 'minitorch_gpu'} ({LAYERS[_layer(target)][0]})")
+    assert not upward, (f"{name} ({LAYERS[rank][0]} layer) imports from above its layer: "
+                        f"{', '.join(upward)}")
+
+
+@pytest.mark.parametrize("importer,imported,why", FORBIDDEN)
+def test_forbidden_imports(importer, imported, why):
+    offenders = [f"{name} imports {target}" for name, targets in GRAPH.items()
+                 if _in(name, (importer,)) for target in targets if _in(target, (imported,))]
+    assert not offenders, f"{why}: {'; '.join(offenders)}"
+
+
+def test_backend_imports_nothing_above_it():
+    offenders = [f"{name} imports {target}" for name, targets in GRAPH.items()
+                 if _in(name, ("backend",)) for target in targets
+                 if not _in(target, ("backend",))]
+    assert not offenders, f"the backend knows nothing of tensors or autograd: {offenders}"
+
+
+def test_ops_never_import_nn():
+    offenders = [f"{name} imports {target}" for name, targets in GRAPH.items()
+                 if _in(name, ("ops",)) for target in targets if _in(target, ("nn",))]
+    assert not offenders, offenders
+
+
+def test_only_the_tensor_ops_join_is_a_circle():
+    circles = []
+    for component in _cycles(GRAPH):
+        if all(_in(name, JOIN) for name in component):
+            continue
+        circles.append(sorted(component))
+    assert not circles, f"import circles outside the tensor <-> ops join: {circles}"
+
+
+def test_the_join_is_still_what_design_says():
+    # The test above would pass vacuously if the join vanished; it is real, and small.
+    joined = [c for c in _cycles(GRAPH) if "tensor" in c]
+    assert joined and all(_in(name, JOIN) for name in joined[0])
