@@ -140,8 +140,8 @@ class Profile(Recording):
 
     @property
     def rows(self) -> List[Row]:
-        """One Row per row of the table (forward rows, then backward rows when recorded),
-        in the module tree's order; see ``table`` for what the fields mean."""
+        """One ``Row`` per row of the table (forward rows, then backward rows when
+        recorded), in the module tree's order; ``Row`` says what each field means."""
         if self._rows is None:
             self._rows = build_rows(self, self.roofline)
         return self._rows
