@@ -6,6 +6,7 @@ and restore every backend's random stream (a resumed run continues its dropout a
 """
 from __future__ import annotations
 
+import copyreg
 from typing import Any, Dict
 
 from . import cupy_backend, dtypes
@@ -44,6 +45,15 @@ def get_backend(device: Any) -> Backend:
         backend.set_rng_state(pending)  # checked by set_rng_state already
     _backends[device] = backend
     return backend
+
+
+def _reduce_backend(backend: Backend) -> tuple:
+    """Pickle a Backend as its device: unpickled, it is this process's one Backend there."""
+    return (get_backend, (str(backend.device),))
+
+
+copyreg.pickle(NumpyBackend, _reduce_backend)
+copyreg.pickle(cupy_backend.CupyBackend, _reduce_backend)
 
 
 def manual_seed(seed: int) -> None:

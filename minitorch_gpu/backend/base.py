@@ -103,11 +103,8 @@ class Backend:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device})"
 
-    # One Backend per device per process: copies and unpickled tensors share it.
-    def __reduce__(self) -> tuple:
-        from . import get_backend
-        return (get_backend, (str(self.device),))
-
+    # One Backend per device per process: copies share it (and unpickled tensors, through
+    # the reducer the backend package registers with copyreg, beside get_backend).
     def __copy__(self) -> "Backend":
         return self
 
