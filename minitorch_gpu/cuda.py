@@ -6,21 +6,21 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .backend import cupy_backend, get_backend
+from .backend import _cupy, get_backend
 
 
 def is_available() -> bool:
     """True when CuPy imports and sees at least one CUDA GPU."""
-    return cupy_backend.unavailable_reason() is None
+    return _cupy.unavailable_reason() is None
 
 
 def unavailable_reason() -> Optional[str]:
     """Why CUDA can't be used here (None when it can)."""
-    return cupy_backend.unavailable_reason()
+    return _cupy.unavailable_reason()
 
 
 def device_count() -> int:
-    return cupy_backend.device_count()
+    return _cupy.device_count()
 
 
 def synchronize(device: int = 0) -> None:

@@ -4,7 +4,7 @@ On a CUDA backend the ops hand layer norm, GELU, cross-entropy, attention and Ad
 kernels in ``backend/kernels`` and keep only what those return (mean and 1/std, the
 log-sum-exp, ...). No GPU is needed to check that wiring: here the NumPy backend is made
 to offer a stand-in module with the same functions, computed in NumPy (the attention and
-cross-entropy ones are the tiled twins of the .cu files in ``kernels/reference.py``), and
+cross-entropy ones are the tiled twins of the .cu files in ``tests/kernel_twins.py``), and
 the ops' results and gradients through it must equal the vectorised paths'. What is left
 for a GPU is only whether each .cu file computes what its stand-in does (tests marked
 cuda in test_kernels.py).
@@ -20,11 +20,12 @@ import pytest
 import minitorch_gpu as mt
 import minitorch_gpu.nn.functional as F
 from minitorch_gpu.backend import kernels as real
-from minitorch_gpu.backend.kernels import reference
 from minitorch_gpu.backend.numpy_backend import NumpyBackend
 from minitorch_gpu.nn import GPT, GPTConfig
 from minitorch_gpu.ops import attention as attention_ops
 from minitorch_gpu.optim import AdamW
+
+import kernel_twins as reference
 
 F32 = np.float32
 FLOATS = (mt.float16, mt.bfloat16, mt.float32, mt.float64)

@@ -3,7 +3,7 @@
 1. Every .cu source compiles with nvcc for sm_80 and sm_90 (skipped without nvcc), is
    written for NVRTC (no includes, no host-only macros), and agrees with its Python
    loader on kernel names and launch shapes.
-2. The NumPy twins of the tiled algorithms (``kernels/reference.py``: flash attention
+2. The NumPy twins of the tiled algorithms (``tests/kernel_twins.py``: flash attention
    forward and backward, the fused softmax + cross-entropy) against the vectorised ops,
    in float64 to 1e-10 and float32 to 1e-5, and the strides through which the attention
    kernels read q, k, v in place (bf16 too, widened exactly). This runs anywhere and is
@@ -32,8 +32,10 @@ import pytest
 import minitorch_gpu as mt
 import minitorch_gpu.functional as F
 from minitorch_gpu.backend import kernels
-from minitorch_gpu.backend.kernels import reference
+from minitorch_gpu.backend.kernels import loader as kernel_loader
 from minitorch_gpu.ops import attention as attention_ops
+
+import kernel_twins as reference
 
 NVCC = shutil.which("nvcc")
 BF16 = mt.bfloat16
@@ -149,7 +151,8 @@ def test_loader_launch_shapes_match_the_sources() -> None:
 
 
 def test_every_kernel_the_loader_launches_is_in_its_source() -> None:
-    loader = (kernels.SOURCE_DIR / "__init__.py").read_text(encoding="utf-8")
+    loader = "".join(path.read_text(encoding="utf-8")
+                     for path in sorted(kernels.SOURCE_DIR.glob("*.py")))
     launches = re.findall(r'_kernel\(\w+, "(\w+\.cu)", "(\w+)"', loader)
     assert len(launches) >= 10
     for filename, kernel in launches:
@@ -229,8 +232,8 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
     numpy_zeroed = SimpleNamespace(**{name: getattr(np, name) for name in dir(np)
                                       if not name.startswith("_")})
     numpy_zeroed.empty, numpy_zeroed.empty_like = np.zeros, np.zeros_like
-    monkeypatch.setattr(kernels, "_cupy", lambda: numpy_zeroed)
-    monkeypatch.setattr(kernels, "_kernel", stub_kernel)
+    monkeypatch.setattr(kernel_loader, "require_cupy", lambda: numpy_zeroed)
+    monkeypatch.setattr(kernel_loader, "load_kernel", stub_kernel)
     f32 = np.float32
     x = np.random.default_rng(0).standard_normal((3, 5, 33)).astype(f32)
     for dims in (1, 2):
@@ -261,7 +264,7 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
     def no_copy(a):
         assert a.flags.c_contiguous, f"copied an array of strides {a.strides}"
         return a
-    monkeypatch.setattr(kernels, "_contiguous", no_copy)
+    monkeypatch.setattr(kernel_loader, "contiguous", no_copy)
     for causal in (True, False):
         del launches[:]
         o, lse = kernels.flash_attention_forward(*heads, causal, 0.25)
@@ -786,8 +789,8 @@ def test_flash_attention_kernel_on_gpt_head_views() -> None:
 
 
 def refuse_copies(array):
-    """Stands in for the launcher's ``_contiguous``: passes contiguous arrays (o, lse) and
-    fails on any other, so a test proves the inputs were read in place."""
+    """Stands in for the launchers' ``loader.contiguous``: passes contiguous arrays (o,
+    lse) and fails on any other, so a test proves the inputs were read in place."""
     assert array.flags.c_contiguous, f"an input of strides {array.strides} was copied"
     return array
 
@@ -844,7 +847,7 @@ def flash_on_gpt_heads(B: int, T: int, nh: int, hs: int, causal: bool, dtype: ty
     assert gpu_qkv.dtype == gpu_grad.dtype == dtype
     scale = 1.0 / math.sqrt(hs)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernels, "_contiguous", refuse_copies)
+        patch.setattr(kernel_loader, "contiguous", refuse_copies)
         o, lse = kernels.flash_attention_forward(*heads_of(gpu_qkv), causal, scale)
         grads = kernels.flash_attention_backward(*heads_of(gpu_qkv), o,
                                                  gpu_grad.transpose(0, 2, 1, 3), lse, causal,

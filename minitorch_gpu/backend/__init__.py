@@ -9,7 +9,7 @@ from __future__ import annotations
 import copyreg
 from typing import Any, Dict
 
-from . import cupy_backend, dtypes
+from . import _cupy, cupy_backend, dtypes
 from .base import DEFAULT_SEED, Backend, Device, Timer, parse_device
 from .numpy_backend import NumpyBackend
 
@@ -32,10 +32,10 @@ def get_backend(device: Any) -> Backend:
     backend = _backends.get(device)
     if backend is not None:
         return backend
-    reason = cupy_backend.unavailable_reason()
+    reason = _cupy.unavailable_reason()
     if reason is not None:
         raise RuntimeError(f"device '{device}' is not available: {reason}")
-    count = cupy_backend.device_count()
+    count = _cupy.device_count()
     if device.index >= count:
         raise RuntimeError(
             f"device '{device}' is not available: this machine has {count} CUDA device(s)")

@@ -1,7 +1,6 @@
 """The CUDA backend: CuPy arrays on one GPU.
 
-CuPy is imported here and nowhere else. ``unavailable_reason()`` says why CUDA can't
-be used on this machine (no CuPy, or no GPU), so the error a user sees names the fix.
+CuPy comes from ``_cupy.py``, which says why CUDA can't be used where it can't.
 """
 from __future__ import annotations
 
@@ -13,41 +12,11 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from . import gemm
+from ._cupy import cupy, cupy_special, cupyx
 from .base import Backend, Device, Timer
 from .transfers import Upload
 from .dtypes import NARROW_FLOATS, bfloat16, float16, float32
 from . import kernels as fused_kernel_module
-
-INSTALL_HINT = ("install CuPy for your CUDA version: pip install -e '.[cuda12]' or "
-                "pip install -e '.[cuda13]'")
-
-try:
-    import cupy
-    import cupyx
-    import cupyx.scipy.special as _cupy_special
-    _IMPORT_ERROR: Optional[str] = None
-except Exception as exc:  # ImportError, or a CuPy that fails to load its CUDA libraries
-    cupy = None
-    _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
-
-
-def unavailable_reason() -> Optional[str]:
-    """None when CUDA can be used, else a sentence saying why not."""
-    if cupy is None:
-        return f"CuPy is not importable ({_IMPORT_ERROR}); {INSTALL_HINT}"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        return f"CuPy is installed but no CUDA GPU is usable ({type(exc).__name__}: {exc})"
-    if count == 0:
-        return "CuPy is installed but no CUDA GPU was found"
-    return None
-
-
-def device_count() -> int:
-    if unavailable_reason() is not None:
-        return 0
-    return cupy.cuda.runtime.getDeviceCount()
 
 
 # cudaDataType_t of the dtypes cuBLAS multiplies here (library_types.h)
@@ -327,7 +296,7 @@ class CupyBackend(Backend):
         return out
 
     def erf(self, x: Any) -> Any:
-        return _cupy_special.erf(x)
+        return cupy_special.erf(x)
 
     def stable_argsort(self, array: Any, axis: int) -> Any:
         with self._cuda_device:  # CuPy's argsort is always stable and accepts no other kind

@@ -1,4 +1,5 @@
-"""NumPy twins of the tiled algorithms in ``attention.cu`` and ``cross_entropy.cu``.
+"""NumPy twins of the algorithms in ``attention.cu``, ``attention_softmax.cu`` and
+``cross_entropy.cu`` (``minitorch_gpu/backend/kernels``), for the tests.
 
 Each function here follows its kernel block by block and tile by tile: the same tile
 sizes, the same loop bounds (causal early exits included), the same zero-padded tiles
@@ -15,6 +16,9 @@ from __future__ import annotations
 from typing import Tuple
 
 import numpy as np
+
+from minitorch_gpu.backend.kernels.attention import (attention_head_split,
+                                                     attention_input_code, attention_strides)
 
 WARP = 32
 # attention.cu
@@ -67,7 +71,6 @@ def _read_heads(*arrays: np.ndarray) -> list:
     the launcher's batch, head and row strides (``attention_head_split``,
     ``attention_strides``; copied first where the launcher copies), widened to float32 from
     bf16/fp16 as the kernels' to_float does (float32 and float64 stay as they are)."""
-    from . import attention_head_split, attention_input_code, attention_strides
     split, copy = attention_head_split(arrays)
     heads = []
     for x, c in zip(arrays, copy):

@@ -1,0 +1,121 @@
+"""What every kernel's launcher shares: the sources, their compiled modules, launch
+shapes, and the checks of the arrays handed to a kernel.
+
+The CUDA C sources sit in this folder, each beside the module that launches its kernels
+(``layernorm.cu`` and ``layernorm.py``, ...). They are compiled at first use with
+``cupy.RawModule`` (NVRTC), once per (device, source, compile-time constants) in this
+process; CuPy also keeps the compiled binaries in its on-disk cache, so a later process
+only loads them.
+
+CuPy comes from ``backend/_cupy.py`` and is needed only to launch: ``source_text``, the
+constants and the checks work on any machine. The launchers reach CuPy, their kernels and
+their copies through this module's ``require_cupy``, ``load_kernel`` and ``contiguous``
+(as ``loader.NAME``), so a test can stand NumPy and stubs in for all of them at once.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable, Tuple
+
+import numpy as np
+
+from .. import _cupy
+from ..dtypes import NARROW_FLOATS, bfloat16
+
+SOURCE_DIR = Path(__file__).resolve().parent
+SOURCES = ("layernorm.cu", "gelu.cu", "cross_entropy.cu", "adamw.cu", "attention.cu",
+           "attention_softmax.cu")
+COMPILE_OPTIONS = ("-std=c++17",)  # NVRTC picks the architecture of the current device
+ELEMENTWISE_THREADS = 256  # gelu.cu and adamw.cu: threads per block of a grid-stride loop
+
+FLOAT32 = np.dtype(np.float32)
+INT64 = np.dtype(np.int64)
+BFLOAT16 = np.dtype(bfloat16)
+
+
+# --- sources and modules ------------------------------------------------------------------
+def source_text(filename: str) -> str:
+    """The CUDA C text of one of ``SOURCES``."""
+    if filename not in SOURCES:
+        raise ValueError(f"fused kernels: unknown source {filename!r}, expected one of "
+                         f"{list(SOURCES)}")
+    return (SOURCE_DIR / filename).read_text(encoding="utf-8")
+
+
+def require_cupy() -> Any:
+    """The cupy module; RuntimeError with the install hint where it can't be imported."""
+    if _cupy.cupy is None:
+        raise RuntimeError(f"fused kernels need CuPy; {_cupy.INSTALL_HINT}")
+    return _cupy.cupy
+
+
+@functools.lru_cache(maxsize=None)
+def _module(device_id: int, filename: str, defines: Tuple[Tuple[str, int], ...]) -> Any:
+    """The RawModule of ``filename`` with ``-DNAME=value`` for each of ``defines``, built
+    for device ``device_id`` (compiled on its first ``get_function``)."""
+    cupy = require_cupy()
+    options = COMPILE_OPTIONS + tuple(f"-D{name}={value}" for name, value in defines)
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(code=source_text(filename), options=options)
+
+
+def load_kernel(like: Any, filename: str, name: str, **defines: int) -> Any:
+    """Kernel ``name`` of ``filename``, for the device ``like`` lives on."""
+    return _module(like.device.id, filename, tuple(sorted(defines.items()))).get_function(name)
+
+
+def on_device_of_first_array(launcher: Callable) -> Callable:
+    """Run ``launcher`` with the device of its first argument current, so its outputs are
+    allocated and its kernels launched where the inputs live (as CuPy's own ops need).
+    A host array (the argument checks' tests) is passed through unchanged."""
+    @functools.wraps(launcher)
+    def on_device(first: Any, *args: Any, **kwargs: Any) -> Any:
+        if not hasattr(first, "__cuda_array_interface__"):
+            return launcher(first, *args, **kwargs)
+        with require_cupy().cuda.Device(first.device.id):
+            return launcher(first, *args, **kwargs)
+    return on_device
+
+
+# --- launch shapes ------------------------------------------------------------------------
+def blocks(count: int, per_block: int) -> int:
+    """Blocks of ``per_block`` that cover ``count`` items."""
+    return (count + per_block - 1) // per_block
+
+
+def elementwise_grid(n: int) -> int:
+    """Blocks for a grid-stride loop over n elements: enough to fill any GPU, no more."""
+    return max(1, min(blocks(n, ELEMENTWISE_THREADS), 65536))
+
+
+# --- argument checks ----------------------------------------------------------------------
+def is_float32(*arrays: Any) -> bool:
+    """Every one of ``arrays`` is given (not None) and float32."""
+    return all(a is not None and a.dtype == FLOAT32 for a in arrays)
+
+
+def is_float32_or_narrower(*arrays: Any) -> bool:
+    """float32, or bf16/fp16 that the op widens to float32 for the kernel (the kernels
+    compute in float32 either way, as autocast wants)."""
+    return all(a is not None and (a.dtype == FLOAT32 or a.dtype in NARROW_FLOATS)
+               for a in arrays)
+
+
+def check_float32(op: str, **arrays: Any) -> None:
+    """TypeError naming the first of ``arrays`` (by keyword) that is not float32."""
+    for name, a in arrays.items():
+        if a.dtype != FLOAT32:
+            raise TypeError(f"{op}: {name} must be float32, got {a.dtype}")
+
+
+def check_shape(op: str, name: str, array: Any, expected: tuple) -> None:
+    """ValueError naming ``name`` when ``array`` is not of shape ``expected``."""
+    if tuple(array.shape) != tuple(expected):
+        raise ValueError(f"{op}: {name} has shape {tuple(array.shape)}, expected "
+                         f"{tuple(expected)}")
+
+
+def contiguous(array: Any) -> Any:
+    """``array`` as a C-contiguous device array (itself when it already is one)."""
+    return require_cupy().ascontiguousarray(array)
