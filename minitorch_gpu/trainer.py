@@ -31,7 +31,7 @@ the next log point (every ``train.log_interval`` iterations), evaluation, checkp
 the end, where a NaN or infinite one stops the run, naming the step it came from. So a
 diverged run runs on until then, and never saves a checkpoint after the bad step.
 
-Under ``mpiexec -n N`` (see ``distributed.py``) every rank runs this loop on its own batches
+Under ``mpiexec -n N`` (see ``distributed/``) every rank runs this loop on its own batches
 (its own sampler seed) and the gradients are averaged across ranks once per optimizer step,
 after the last micro-batch and before clipping, so the weights stay identical everywhere.
 Rank 0 alone logs, writes the run directory and saves checkpoints; evaluation is shared out

@@ -50,7 +50,7 @@ __device__ __forceinline__ prob_t store_prob(float x) { return x; }
 
 // Dropout's keep test for element `index` of S: splitmix64 of seed + (index + 1) * golden
 // ratio, whose top 24 bits are uniform; kept when they reach `threshold` = round(p 2^24).
-// kernels/reference.py computes the same bits in NumPy.
+// tests/kernel_twins.py computes the same bits in NumPy.
 __device__ __forceinline__ bool kept(unsigned long long seed, long long index,
                                      unsigned int threshold) {
     unsigned long long z = seed + (unsigned long long)(index + 1) * 0x9e3779b97f4a7c15ull;
