@@ -25,6 +25,7 @@ contiguous), except that flash attention reads its strided heads in place.
 Everything here imports on machines without CuPy (``backend/_cupy.py`` guards the import):
 ``source_text`` and the constants work anywhere.
 """
+# every launcher and constant as kernels.NAME: the object fused_kernels() hands the ops
 from .adamw import adamw_step, adamw_update, supports_adamw
 from .attention import (ATTENTION_FORWARD_ROWS, ATTENTION_INPUT_DTYPES, ATTENTION_WARPS,
                         MAX_GRID_X, MAX_HEAD_DIM, MAX_SEQUENCE, attention_backward_rows,

@@ -32,7 +32,7 @@ def attention_input_code(dtype: Any) -> Optional[int]:
     return ATTENTION_INPUT_DTYPES.get(np.dtype(dtype).name)
 
 
-def _attentionblocks(bh: int, L: int, S: int, head_dim: int) -> int:
+def _attention_blocks(bh: int, L: int, S: int, head_dim: int) -> int:
     """The most blocks any attention kernel launches (one flat row: gridDim.x)."""
     rows_per_block = ATTENTION_WARPS * min(ATTENTION_FORWARD_ROWS,
                                            attention_backward_rows(head_dim))
@@ -56,7 +56,7 @@ def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
         return False
     L, S, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
     bh = q.size // (L * head_dim)
-    return max(L, S) <= MAX_SEQUENCE and _attentionblocks(bh, L, S, head_dim) <= MAX_GRID_X
+    return max(L, S) <= MAX_SEQUENCE and _attention_blocks(bh, L, S, head_dim) <= MAX_GRID_X
 
 
 def _attention_shapes(op: str, q: Any, k: Any, v: Any) -> Tuple[int, int, int, int]:
@@ -84,9 +84,9 @@ def _attention_shapes(op: str, q: Any, k: Any, v: Any) -> Tuple[int, int, int, i
         raise ValueError(f"{op}: needs 1 to {MAX_SEQUENCE} queries and keys, got L={L}, "
                          f"S={S}")
     bh = q.size // (L * head_dim)
-    if _attentionblocks(bh, L, S, head_dim) > MAX_GRID_X:
+    if _attention_blocks(bh, L, S, head_dim) > MAX_GRID_X:
         raise ValueError(f"{op}: at most {MAX_GRID_X} blocks of rows per launch, got "
-                         f"{_attentionblocks(bh, L, S, head_dim)} for q of shape "
+                         f"{_attention_blocks(bh, L, S, head_dim)} for q of shape "
                          f"{tuple(q.shape)} and k of shape {tuple(k.shape)}")
     return bh, L, S, head_dim
 
