@@ -8,7 +8,8 @@ from typing import Any, Tuple
 import numpy as np
 
 from . import loader
-from .loader import FLOAT32, INT64, check_float32, check_shape, is_float32, on_device_of_first_array
+from .loader import (FLOAT32, INT64, check_float32, check_shape, is_float32,
+                     on_device_of_first_array)
 
 CROSS_ENTROPY_THREADS = 256  # cross_entropy.cu's CE_THREADS: one block per row
 
