@@ -21,7 +21,8 @@ RNG_STATE_VERSION = 1
 
 _seed = DEFAULT_SEED
 cpu = NumpyBackend(_seed)
-_backends: Dict[Device, Backend] = {cpu.device: cpu}
+_backends = Backend.made  # device -> its one Backend, shared with the backends themselves
+_backends[cpu.device] = cpu
 # states from set_rng_state for devices with no backend yet: applied when one is made
 _pending_rng_states: Dict[Device, dict] = {}
 

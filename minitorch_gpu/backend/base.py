@@ -9,7 +9,7 @@ import contextlib
 import reprlib
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -94,6 +94,9 @@ class Backend:
     # the next read and clipping always multiplies. Either way no such shortcut calls
     # to_numpy, so host_reads counts what the GPU would wait for, on the CPU too.
     reads_are_free: bool = False
+    # The one Backend of each device made so far (get_backend fills it): how a backend
+    # finds the owner of another device's array without importing the package above it.
+    made: ClassVar[Dict[Device, "Backend"]] = {}
 
     def __init__(self, seed: int = DEFAULT_SEED) -> None:
         self.host_reads = 0  # calls of to_numpy: the device-to-host reads Python made

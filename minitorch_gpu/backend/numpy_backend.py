@@ -31,8 +31,9 @@ class NumpyBackend(Backend):
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> np.ndarray:
         if hasattr(data, "__cuda_array_interface__"):  # a CuPy array: a read from its GPU
-            from . import backend_of_array
-            data = backend_of_array(data).to_numpy(data)
+            owner = Backend.made.get(Device("cuda", data.device.id))
+            # counted by the GPU's backend; an array made outside this package has none
+            data = owner.to_numpy(data) if owner is not None else data.get()
         return np.asarray(data, dtype=dtype)
 
     def _to_host(self, array: np.ndarray) -> np.ndarray:
