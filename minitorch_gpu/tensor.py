@@ -477,7 +477,7 @@ class Tensor:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         value = _inplace_operand(self, value, "setitem")
-        target, key = _ops.shape.setitem_target(self.data, _ops.index_key(key, self))
+        target, key = _ops.indexing.setitem_target(self.data, _ops.index_key(key, self))
         target[key] = value
         self._bump()
 
@@ -874,7 +874,7 @@ class Tensor:
         """``view(2, 3)``, ``view((2, 3))``, or ``view(dtype)``: the same bytes read as
         another dtype (the last dim scaled by the ratio of the itemsizes, as PyTorch)."""
         if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int, np.integer)):
-            return _ops.shape.view_dtype(self, shape[0])
+            return _ops.views.view_dtype(self, shape[0])
         return _ops.view(self, _shape_args(shape))
 
     def view_as(self, other: "Tensor") -> "Tensor":
@@ -940,7 +940,7 @@ class Tensor:
     def gather(self, dim: int, index: "Tensor") -> "Tensor":
         return _ops.gather(self, dim, index)
 
-    # --- reductions, scans, rearranging and scattering (ops/reduce.py, ops/indexing.py) --
+    # --- reductions, scans, rearranging and scattering (ops/reduce.py, ops/rearrange.py) --
     def logsumexp(self, dim: Any, keepdim: bool = False) -> "Tensor":
         return _ops.logsumexp(self, dim, keepdim)
 
@@ -1000,7 +1000,7 @@ def _wrapped_int(value: Any, target: Tensor) -> Any:
     """A Python int wrapped into an integer ``target``'s dtype, as PyTorch's in-place
     arithmetic does (``int32_tensor += 2**32`` adds 0), where NumPy raises."""
     if type(value) is int and target.data.dtype.kind in "iu":
-        return _ops._util.wrap_int(value, target.data.dtype)
+        return _ops.promotion.wrap_int(value, target.data.dtype)
     return value
 
 

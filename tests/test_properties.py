@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minitorch_gpu as mt
-from minitorch_gpu.ops.shape import view_strides
+from minitorch_gpu.ops.views import view_strides
 
 PROPERTY = settings(max_examples=150, deadline=None)
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import minitorch_gpu as mt
-from minitorch_gpu.ops.shape import contiguous_strides, view_strides
+from minitorch_gpu.ops.views import contiguous_strides, view_strides
 
 
 def shares(a, b):

@@ -1,25 +1,27 @@
 """The differentiable ops, one family per module; this package re-exports their functions."""
 from types import ModuleType as _ModuleType
 
-from .elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or, clamp, cos, div, eq,
-                          exp, ge, gelu, gt, le, log, logical_and, logical_not, logical_or, lt,
-                          masked_fill, maximum, minimum, mul, ne, neg, pow, relu, sigmoid, sin,
-                          sqrt, sub, tanh, tril, triu, where)
-from .elementwise import bitwise_xor
-from .elementwise_math import (acos, acosh, asin, asinh, atan, atan2, atanh, cosh, erf, exp2,
-                               isclose, isfinite, isinf, isnan, lerp, log2, log10, logaddexp,
-                               rsqrt, sinh, tan)
+from .arithmetic import abs, add, clamp, div, maximum, minimum, mul, neg, pow, sub
+from .activations import gelu, relu, sigmoid, tanh
+from .comparison import eq, ge, gt, le, logical_and, logical_not, logical_or, lt, ne
+from .bitwise import bitwise_and, bitwise_not, bitwise_or, bitwise_xor
+from .selection import masked_fill, tril, triu, where
+from .elementwise_math import (acos, acosh, asin, asinh, atan, atan2, atanh, cos, cosh, erf, exp,
+                               exp2, isclose, isfinite, isinf, isnan, lerp, log, log2, log10,
+                               logaddexp, rsqrt, sin, sinh, sqrt, tan)
 from .rounding import ceil, floor, floor_divide, fmod, remainder, round, sign, trunc
-from .shape import (cat, chunk, clone, contiguous, expand, flatten, gather, getitem, index_key,
-                    narrow, permute, reshape, split, squeeze, stack, to_device, to_dtype,
-                    transpose, unsqueeze, view)
+from .views import (chunk, expand, flatten, narrow, permute, reshape, split, squeeze, transpose,
+                    unsqueeze, view)
+from .indexing import gather, getitem, index_key
+from .join import cat, stack
+from .conversions import clone, contiguous, to_device, to_dtype
 from .reduce import (all, amax, amin, any, argmax, argmin, cumsum, max, mean, min, std, sum,
                      var)
 from .sorting import multinomial, sort, topk
 from .reduce import cumprod, logsumexp, prod, std_mean, var_mean
 from .sorting import argsort
-from .indexing import (flip, masked_select, nonzero, one_hot, pad, repeat, repeat_interleave,
-                       roll, unflatten)
+from .rearrange import (flip, masked_select, nonzero, one_hot, pad, repeat, repeat_interleave,
+                        roll, unflatten)
 from .scatter import scatter, scatter_add, scatter_reduce
 from .matmul import linear, matmul
 from .softmax import log_softmax, softmax
@@ -38,6 +40,6 @@ globals().update({_name: _accept_numpy_names(_fn) for _name, _fn in list(globals
                   if callable(_fn) and not _name.startswith("_")
                   and not isinstance(_fn, (_ModuleType, type))})
 
-# the functions only: the submodules (shape, reduce, ...) must not land in ``minitorch_gpu``
+# the functions only: the submodules (views, reduce, ...) must not land in ``minitorch_gpu``
 __all__ = [name for name, value in globals().items()
            if not name.startswith("_") and not isinstance(value, _ModuleType)]

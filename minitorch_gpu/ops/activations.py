@@ -1,20 +1,27 @@
-"""Activations beyond GELU/ReLU: silu, softplus, logsigmoid, leaky_relu, elu, hardtanh, mish.
+"""Activations: relu, gelu, tanh, sigmoid, silu, softplus, logsigmoid, leaky_relu, elu,
+hardtanh, mish.
 
-Each is one Function whose forward computes, when a gradient is wanted, its local
-derivative in the same chain as the value and saves only that (backward is then one
-multiplication), as GELU does. silu/softplus/logsigmoid/mish never overflow: exp only
+Each is one Function. GELU (tanh form), silu and the others after it compute, when a
+gradient is wanted, their local derivative in the same chain as the value and save only
+that (backward is then one multiplication). silu/softplus/logsigmoid/mish never overflow: exp only
 ever sees non-positive arguments (or arguments capped at softplus's threshold), and
 logaddexp does the softplus inside mish. bf16/fp16 inputs are
 computed in float32 and the result rounded back.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..autograd import Function
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
 from ._util import require_float, require_tensor, widened
+from .promotion import float_input
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _float_activation(a: Any, op: str) -> Tensor:
@@ -35,6 +42,146 @@ def _sigmoid_into(xp: Any, x: Any, s: Any, scratch: Any) -> None:
     xp.exp(scratch, out=scratch)
     scratch += 1
     s /= scratch
+
+
+class Relu(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.maximum(a, 0)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (out > 0)
+
+
+def relu(a: Tensor) -> Tensor:
+    return Relu.apply(require_tensor(a, "relu"))
+
+
+class Gelu(Function):
+    """GELU, x * Phi(x): exact (erf) or the tanh approximation GPT-2 uses.
+
+    The tanh form, in training, computes its local derivative in the same chain as the
+    value (they share x^2 and t = tanh(...)) and saves only that: backward is then one
+    multiplication, and one activation is kept, not x and t. Every step is in place in
+    three buffers (on large activations a fresh temporary per step costs more than the
+    arithmetic), split by rows over the cores for long inputs. The erf form saves x.
+    bf16 and fp16 inputs are computed in float32 and the result rounded back.
+    """
+
+    @staticmethod
+    def forward(ctx, a, approximate):
+        xp = ctx.xp
+        ctx.approximate = approximate
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/gelu.cu
+        ctx.kernels = kernels if kernels is not None and kernels.supports_gelu(a) else None
+        if ctx.kernels is not None:  # float32 arithmetic; a bf16 result rounded back
+            ctx.save_for_backward(a)
+            return ctx.kernels.gelu_forward(widened(a), approximate).astype(a.dtype,
+                                                                            copy=False)
+        x = widened(a)
+        if approximate != "tanh":
+            ctx.save_for_backward(a)
+            return (0.5 * x * (1 + ctx.backend.erf(x * _INV_SQRT_2))).astype(a.dtype,
+                                                                             copy=False)
+        need_grad = ctx.needs_input_grad[0]
+        out, t = xp.empty_like(x), xp.empty_like(x)  # (a 0-d result stays an array)
+        local = xp.empty_like(x) if need_grad else None
+
+        def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
+            x_, t_, out_ = x[r], t[r], out[r]
+            square = local[r] if need_grad else out_  # x^2, kept for the derivative
+            xp.multiply(x_, x_, out=square)
+            xp.multiply(square, 0.044715, out=t_)
+            t_ += 1
+            t_ *= x_
+            t_ *= _SQRT_2_OVER_PI  # sqrt(2/pi) (x + 0.044715 x^3)
+            xp.tanh(t_, out=t_)
+            if need_grad:
+                # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+                d = square
+                d *= 3 * 0.044715 * _SQRT_2_OVER_PI
+                d += _SQRT_2_OVER_PI  # d(inner)/dx
+                d *= x_
+                d *= 0.5
+                xp.add(t_, 1, out=out_)
+                out_ *= 0.5  # 0.5 (1 + t)
+                t_ *= t_
+                xp.subtract(1, t_, out=t_)
+                d *= t_  # 0.5 x (1 - t^2) d(inner)/dx
+                d += out_
+            else:
+                xp.add(t_, 1, out=out_)
+                out_ *= 0.5
+            out_ *= x_  # 0.5 x (1 + t)
+
+        run_split(rows, row_pieces(x))
+        ctx.save_for_backward(local)
+        return out.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        (saved,) = ctx.saved_tensors
+        if ctx.kernels is not None:
+            # a float32 gradient: the engine rounds it to the input's dtype
+            return ctx.kernels.gelu_backward(widened(saved), widened(grad),
+                                             ctx.approximate), None
+        if ctx.approximate == "tanh":  # saved: the local derivative
+            out = xp.empty_like(saved)
+            run_split(lambda r: xp.multiply(grad[r], saved[r], out=out[r]), row_pieces(out))
+            return out, None
+        a = widened(saved)
+        cdf = 0.5 * (1 + ctx.backend.erf(a * _INV_SQRT_2))
+        local = cdf + a * _INV_SQRT_2PI * xp.exp(-0.5 * a * a)
+        return (grad * local, None)
+
+
+def gelu(a: Tensor, approximate: str = "none") -> Tensor:
+    """GELU; ``approximate="tanh"`` is GPT-2's form, "none" the exact erf form (PyTorch's)."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return Gelu.apply(require_tensor(a, "gelu"), approximate)
+
+
+class Tanh(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.tanh(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (1 - out * out)
+
+
+def tanh(a: Tensor) -> Tensor:
+    return Tanh.apply(float_input(a, "tanh"))
+
+
+class Sigmoid(Function):
+    @staticmethod
+    def forward(ctx, a):
+        xp = ctx.xp
+        # 1/(1+exp(-a)) overflows exp for very negative a; tanh form is stable everywhere.
+        # bf16 inputs are computed (and saved) in float32: 1 - out cancels badly in bf16.
+        out = 0.5 * (xp.tanh(0.5 * widened(a)) + 1)
+        ctx.save_for_backward(out)
+        return out.astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out * (1 - out)
+
+
+def sigmoid(a: Tensor) -> Tensor:
+    return Sigmoid.apply(float_input(a, "sigmoid"))
 
 
 class Silu(Function):

@@ -26,9 +26,9 @@ from ..autograd import Function
 from ..backend import dtypes
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
-from ._util import (autocast_lower, check_broadcast, require_float, require_tensor, unbroadcast,
-                    widened)
+from ._util import check_broadcast, require_float, require_tensor, unbroadcast, widened
 from .attention_tiled import tiled_attention_backward, tiled_attention_forward
+from .promotion import autocast_lower
 from .softmax import softmax_
 
 

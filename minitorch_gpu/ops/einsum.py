@@ -18,7 +18,8 @@ from typing import Any, List, Sequence, Tuple
 
 from ..autograd import Function
 from ..tensor import Tensor
-from ._util import promote_operands, require_tensor
+from ._util import require_tensor
+from .promotion import promote_operands
 
 _LETTERS = string.ascii_letters
 

@@ -1,6 +1,6 @@
-"""Elementwise math beyond exp/log/sin/cos/sqrt/tanh: rsqrt, erf, exp2, log2, log10, tan,
-the inverse and hyperbolic trig functions, atan2, logaddexp, lerp; and the predicates
-isnan, isinf, isfinite, isclose (bool results, no gradient).
+"""Elementwise math: exp, log, sqrt, sin, cos, rsqrt, erf, exp2, log2, log10, tan, the
+inverse and hyperbolic trig functions, atan2, logaddexp, lerp; and the predicates isnan,
+isinf, isfinite, isclose (bool results, no gradient). tanh is with the activations.
 
 Integer and bool inputs to these real functions give the default float (float32), as
 in PyTorch. Each differentiable op is one Function; binary ones broadcast and declare it.
@@ -13,14 +13,96 @@ from typing import Any
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import (binary_operands, cast_to, check_broadcast, float_input, require_tensor,
-                    shape_of)
+from ._util import check_broadcast, require_tensor, shape_of
+from .promotion import binary_operands, cast_to, float_input
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
 # --- unary functions ----------------------------------------------------------------------
+class Exp(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.exp(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out
+
+
+def exp(a: Tensor) -> Tensor:
+    return Exp.apply(float_input(a, "exp"))
+
+
+class Log(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.log(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad / a
+
+
+def log(a: Tensor) -> Tensor:
+    return Log.apply(float_input(a, "log"))
+
+
+class Sqrt(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = ctx.xp.sqrt(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad / (2 * out)
+
+
+def sqrt(a: Tensor) -> Tensor:
+    return Sqrt.apply(float_input(a, "sqrt"))
+
+
+class Sin(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.sin(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad * ctx.xp.cos(a)
+
+
+def sin(a: Tensor) -> Tensor:
+    return Sin.apply(float_input(a, "sin"))
+
+
+class Cos(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return ctx.xp.cos(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return -grad * ctx.xp.sin(a)
+
+
+def cos(a: Tensor) -> Tensor:
+    return Cos.apply(float_input(a, "cos"))
+
+
 class Rsqrt(Function):
     @staticmethod
     def forward(ctx, a):

@@ -17,8 +17,8 @@ from typing import Any, Optional
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import (autocast_float32, check_broadcast, require_float, require_tensor,
-                    unbroadcast)
+from ._util import check_broadcast, require_float, require_tensor, unbroadcast
+from .promotion import autocast_float32
 from .softmax import working_copy
 
 

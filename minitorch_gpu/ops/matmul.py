@@ -9,8 +9,9 @@ from typing import Any, Optional
 
 from ..autograd import Function
 from ..tensor import Tensor
-from ._util import (as_tensor_like, autocast_lower, cast_to, check_broadcast, promote_types,
-                    require_float, require_tensor, unbroadcast, widened)
+from ._util import (as_tensor_like, check_broadcast, require_float, require_tensor, unbroadcast,
+                    widened)
+from .promotion import autocast_lower, cast_to, promote_types
 
 
 class MatMul(Function):

@@ -14,7 +14,8 @@ import ml_dtypes
 
 from ..autograd import Function
 from ..tensor import Tensor
-from ._util import autocast_float32, require_float, require_tensor, widened
+from ._util import require_float, require_tensor, widened
+from .promotion import autocast_float32
 
 
 class LayerNorm(Function):

@@ -13,9 +13,10 @@ from typing import Any, Optional
 
 from ..autograd import Function
 from ..tensor import Tensor, _wrap_dim
-from ._util import (expand_reduced, float_input, normalize_dims, reduced_count, require_tensor,
-                    widened)
-from .shape import gather, to_dtype
+from ._util import expand_reduced, normalize_dims, reduced_count, require_tensor, widened
+from .conversions import to_dtype
+from .indexing import gather
+from .promotion import float_input
 
 MinMax = namedtuple("MinMax", ["values", "indices"])  # what max(dim)/min(dim) return
 

@@ -15,7 +15,8 @@ from typing import Any, Optional
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import binary_operands, require_tensor
+from ._util import require_tensor
+from .promotion import binary_operands
 
 
 # --- rounding -----------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from typing import Any
 
 from ..autograd import Function
 from ..tensor import Tensor, _wrap_dim
-from ._util import autocast_float32, require_float, require_tensor, widened
+from ._util import require_float, require_tensor, widened
+from .promotion import autocast_float32
 
 def working_copy(x: Any) -> Any:
     """A fresh array of ``x`` in a dtype wide enough for exp/sum (float32 for bf16/fp16)."""

@@ -2,10 +2,10 @@
 cumsum they are what text generation samples with (temperature, top-k, top-p).
 
 sort and topk choose positions along a dim, which has no gradient (a stable argsort, or
-an argpartition), then pick the values there with ``SelectAlongDim``, whose backward
-puts each gradient back where its value came from. multinomial draws category indices
-from rows of non-negative weights with the backend's seeded stream (``manual_seed``)
-and records no graph.
+an argpartition), then pick the values there with gather's ``TakeAlongDim``, whose
+backward puts each gradient back where its value came from. multinomial draws category
+indices from rows of non-negative weights with the backend's seeded stream
+(``manual_seed``) and records no graph.
 
 >>> probs = (logits / temperature).softmax(-1)       # (B, V)
 >>> top = probs.topk(50)                             # the 50 likeliest: (B, 50) each
@@ -19,36 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor, _wrap_dim
-from ._util import index_along, require_float, require_tensor
+from ._util import require_float, require_tensor
+from .indexing import TakeAlongDim
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])  # what sort/topk return
 
 # multinomial with replacement compares every uniform with every cdf entry of its row:
 # at most this many elements of the (B, samples, C) comparison exist at once
 _COMPARE_BUDGET = 1 << 24
-
-
-class SelectAlongDim(Function):
-    """``take_along_axis(a, index, dim)`` where ``index`` names each position along dim at
-    most once (the order sort or topk chose). Backward writes each gradient back to its
-    one position: an assignment, where gather's backward must scatter-add repeats."""
-
-    @staticmethod
-    def forward(ctx, a, index, dim):
-        ctx.in_shape, ctx.dim = a.shape, dim
-        ctx.save_for_backward(index)
-        return ctx.xp.asarray(ctx.xp.take_along_axis(a, index, axis=dim), order="C")
-
-    @staticmethod
-    def backward(ctx, grad):
-        xp = ctx.xp
-        (index,) = ctx.saved_tensors
-        out = xp.zeros(ctx.in_shape, dtype=grad.dtype)
-        out[index_along(index, ctx.dim, xp)] = grad  # no position repeats: assign
-        return out, None, None
 
 
 # --- positions, on raw arrays -------------------------------------------------------------
@@ -90,7 +70,7 @@ def _select(a: Tensor, positions: Any, dim: int) -> ValuesIndices:
     indices = Tensor._make(a._backend.xp.asarray(positions, dtype=np.int64, order="C"),
                            a._backend, False)
     # the indices go in as an input, so an in-place edit of them before backward is caught
-    return ValuesIndices(SelectAlongDim.apply(a, indices, dim), indices)
+    return ValuesIndices(TakeAlongDim.apply(a, indices, dim, True), indices)
 
 
 # --- functional wrappers ------------------------------------------------------------------
