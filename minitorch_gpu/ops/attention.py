@@ -225,105 +225,6 @@ class ScaledDotProductAttention(Function):
                 None, None, None)
 
 
-def _heads(packed, n_head: int, parts: int):
-    """Views (B, nh, T, hs) of the ``parts`` blocks of C columns of ``packed`` (B, T, parts*C):
-    strides only, no copy."""
-    B, T, width = packed.shape
-    heads = packed.reshape(B, T, parts, n_head, width // (parts * n_head))
-    return [heads[:, :, i].transpose(0, 2, 1, 3) for i in range(parts)]
-
-
-def _attend_packed(ctx, qkv, k, v, n_head, mask, causal, dropout_p):
-    """Attention of the queries in ``qkv`` (B, T, 3C) over keys and values ``k``, ``v``
-    (B, nh, S, hs): the output (B, T, C), heads side by side, written in place by the last
-    GEMM, and what ``_attend`` saved for backward."""
-    B, T, C3 = qkv.shape
-    q = _heads(qkv, n_head, 3)[0]  # (B, nh, T, hs), a view
-    out = ctx.xp.empty((B, T, C3 // 3), dtype=qkv.dtype)
-    (head_out,) = _heads(out, n_head, 1)  # (B, nh, T, hs) view of out
-    scale = 1.0 / math.sqrt(C3 // (3 * n_head))
-    _, saved = _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=head_out)
-    return out, saved
-
-
-class PackedCausalAttention(Function):
-    """Causal self-attention from the packed projection qkv (B, T, 3C) to (B, T, C), heads
-    side by side. Batched GEMMs read q, k, v in place and write their results through
-    transposed views, so neither direction copies a head."""
-
-    @staticmethod
-    def forward(ctx, qkv, n_head, dropout_p):
-        _, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) each, views
-        out, saved = _attend_packed(ctx, qkv, k, v, n_head, None, True, dropout_p)
-        ctx.save_for_backward(qkv, *saved)
-        ctx.n_head = n_head
-        return out  # (B, T, C)
-
-    @staticmethod
-    def backward(ctx, grad):
-        qkv, *saved = ctx.saved_tensors
-        q, k, v = _heads(qkv, ctx.n_head, 3)
-        grad_qkv = ctx.xp.empty(qkv.shape, dtype=grad.dtype)  # (B, T, 3C)
-        (head_grad,) = _heads(grad, ctx.n_head, 1)  # (B, nh, T, hs) view of grad
-        _attend_backward(ctx, q, k, v, saved, head_grad, outs=_heads(grad_qkv, ctx.n_head, 3))
-        return grad_qkv, None, None
-
-
-class CachedCausalAttention(Function):
-    """Inference with a KV cache: the T new positions of the packed projection qkv
-    (B, T, 3C) attend over the ``start`` cached ones and themselves. Their keys and values
-    are written into the cache buffers (B, nh, capacity, hs) at start .. start + T. One
-    node instead of a split, three head views and a concatenation per token; no backward
-    (a cache belongs to generation, under no_grad)."""
-
-    @staticmethod
-    def forward(ctx, qkv, keys, values, start, n_head):
-        T = qkv.shape[1]
-        _, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) views
-        end = start + T
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        mask = None
-        if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
-            mask = ctx.xp.tri(T, end, start, dtype=bool)
-        out, _ = _attend_packed(ctx, qkv, keys[:, :, :end], values[:, :, :end], n_head, mask,
-                                start == 0, 0.0)  # keys, values: (B, nh, end, hs) views
-        return out  # (B, T, C)
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise RuntimeError("cached_causal_attention has no backward: a KV cache is for "
-                           "inference (run under no_grad)")
-
-
-def cached_causal_attention(qkv: Tensor, keys: Tensor, values: Tensor, start: int,
-                            n_head: int) -> Tensor:
-    """Attention of the new positions in ``qkv`` (B, T, 3C) over ``start`` cached positions
-    and themselves, appending their keys and values to ``keys``/``values`` (B, nh,
-    capacity, hs) in place: (B, T, C), heads side by side. For ``KVCache``; no gradient."""
-    (qkv,) = autocast_lower(qkv)
-    return CachedCausalAttention.apply(qkv, keys, values, int(start), int(n_head))
-
-
-def packed_causal_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0) -> Tensor:
-    """Causal multi-head self-attention on the packed projection ``qkv`` (B, T, 3C), q, k
-    and v side by side as GPT's c_attn makes them, ``n_head`` heads of C / n_head: (B, T, C)
-    with the heads side by side, as c_proj takes them. The same as splitting q, k, v into
-    (B, nh, T, hs) heads, ``scaled_dot_product_attention(q, k, v, is_causal=True)`` and
-    putting the heads back together, as one node without copies."""
-    require_tensor(qkv, "packed_causal_attention", "qkv")
-    require_float(qkv, "packed_causal_attention", "qkv")
-    if qkv.ndim != 3 or not isinstance(n_head, int) or n_head < 1 or \
-            qkv.shape[2] % (3 * n_head):
-        raise ValueError(f"packed_causal_attention: expected qkv (B, T, 3 * C) with C a "
-                         f"multiple of n_head = {n_head!r}, got shape {tuple(qkv.shape)}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"packed_causal_attention: dropout_p must be in [0, 1), got "
-                         f"{dropout_p}")
-    (qkv,) = autocast_lower(qkv)
-    return PackedCausalAttention.apply(qkv, n_head, float(dropout_p))
-
-
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
                                  attn_mask: Optional[Tensor] = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: Optional[float] = None,
@@ -415,3 +316,102 @@ def _grouped_query_attention(query: Tensor, key: Tensor, value: Tensor,
     out = scaled_dot_product_attention(q_grouped, k_grouped, v_grouped, mask, dropout_p,
                                        is_causal, scale)  # (..., Hkv, G, L, Ev)
     return out.reshape(*out.shape[:-4], hq, *out.shape[-2:])
+
+
+def _heads(packed, n_head: int, parts: int):
+    """Views (B, nh, T, hs) of the ``parts`` blocks of C columns of ``packed`` (B, T, parts*C):
+    strides only, no copy."""
+    B, T, width = packed.shape
+    heads = packed.reshape(B, T, parts, n_head, width // (parts * n_head))
+    return [heads[:, :, i].transpose(0, 2, 1, 3) for i in range(parts)]
+
+
+def _attend_packed(ctx, qkv, k, v, n_head, mask, causal, dropout_p):
+    """Attention of the queries in ``qkv`` (B, T, 3C) over keys and values ``k``, ``v``
+    (B, nh, S, hs): the output (B, T, C), heads side by side, written in place by the last
+    GEMM, and what ``_attend`` saved for backward."""
+    B, T, C3 = qkv.shape
+    q = _heads(qkv, n_head, 3)[0]  # (B, nh, T, hs), a view
+    out = ctx.xp.empty((B, T, C3 // 3), dtype=qkv.dtype)
+    (head_out,) = _heads(out, n_head, 1)  # (B, nh, T, hs) view of out
+    scale = 1.0 / math.sqrt(C3 // (3 * n_head))
+    _, saved = _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=head_out)
+    return out, saved
+
+
+class PackedCausalAttention(Function):
+    """Causal self-attention from the packed projection qkv (B, T, 3C) to (B, T, C), heads
+    side by side. Batched GEMMs read q, k, v in place and write their results through
+    transposed views, so neither direction copies a head."""
+
+    @staticmethod
+    def forward(ctx, qkv, n_head, dropout_p):
+        _, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) each, views
+        out, saved = _attend_packed(ctx, qkv, k, v, n_head, None, True, dropout_p)
+        ctx.save_for_backward(qkv, *saved)
+        ctx.n_head = n_head
+        return out  # (B, T, C)
+
+    @staticmethod
+    def backward(ctx, grad):
+        qkv, *saved = ctx.saved_tensors
+        q, k, v = _heads(qkv, ctx.n_head, 3)
+        grad_qkv = ctx.xp.empty(qkv.shape, dtype=grad.dtype)  # (B, T, 3C)
+        (head_grad,) = _heads(grad, ctx.n_head, 1)  # (B, nh, T, hs) view of grad
+        _attend_backward(ctx, q, k, v, saved, head_grad, outs=_heads(grad_qkv, ctx.n_head, 3))
+        return grad_qkv, None, None
+
+
+def packed_causal_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0) -> Tensor:
+    """Causal multi-head self-attention on the packed projection ``qkv`` (B, T, 3C), q, k
+    and v side by side as GPT's c_attn makes them, ``n_head`` heads of C / n_head: (B, T, C)
+    with the heads side by side, as c_proj takes them. The same as splitting q, k, v into
+    (B, nh, T, hs) heads, ``scaled_dot_product_attention(q, k, v, is_causal=True)`` and
+    putting the heads back together, as one node without copies."""
+    require_tensor(qkv, "packed_causal_attention", "qkv")
+    require_float(qkv, "packed_causal_attention", "qkv")
+    if qkv.ndim != 3 or not isinstance(n_head, int) or n_head < 1 or \
+            qkv.shape[2] % (3 * n_head):
+        raise ValueError(f"packed_causal_attention: expected qkv (B, T, 3 * C) with C a "
+                         f"multiple of n_head = {n_head!r}, got shape {tuple(qkv.shape)}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"packed_causal_attention: dropout_p must be in [0, 1), got "
+                         f"{dropout_p}")
+    (qkv,) = autocast_lower(qkv)
+    return PackedCausalAttention.apply(qkv, n_head, float(dropout_p))
+
+
+class CachedCausalAttention(Function):
+    """Inference with a KV cache: the T new positions of the packed projection qkv
+    (B, T, 3C) attend over the ``start`` cached ones and themselves. Their keys and values
+    are written into the cache buffers (B, nh, capacity, hs) at start .. start + T. One
+    node instead of a split, three head views and a concatenation per token; no backward
+    (a cache belongs to generation, under no_grad)."""
+
+    @staticmethod
+    def forward(ctx, qkv, keys, values, start, n_head):
+        T = qkv.shape[1]
+        _, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) views
+        end = start + T
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        mask = None
+        if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
+            mask = ctx.xp.tri(T, end, start, dtype=bool)
+        out, _ = _attend_packed(ctx, qkv, keys[:, :, :end], values[:, :, :end], n_head, mask,
+                                start == 0, 0.0)  # keys, values: (B, nh, end, hs) views
+        return out  # (B, T, C)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("cached_causal_attention has no backward: a KV cache is for "
+                           "inference (run under no_grad)")
+
+
+def cached_causal_attention(qkv: Tensor, keys: Tensor, values: Tensor, start: int,
+                            n_head: int) -> Tensor:
+    """Attention of the new positions in ``qkv`` (B, T, 3C) over ``start`` cached positions
+    and themselves, appending their keys and values to ``keys``/``values`` (B, nh,
+    capacity, hs) in place: (B, T, C), heads side by side. For ``KVCache``; no gradient."""
+    (qkv,) = autocast_lower(qkv)
+    return CachedCausalAttention.apply(qkv, keys, values, int(start), int(n_head))

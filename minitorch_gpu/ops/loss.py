@@ -283,6 +283,12 @@ def _same_shape_target(input: Tensor, target: Any, op: str) -> Tensor:  # noqa: 
     return target if dtypes.is_floating(target.dtype) else target.to(input.dtype)
 
 
+def _sigmoid(xp: Any, z: Any) -> Any:
+    """1 / (1 + exp(-z)) without overflow for large |z|."""
+    e = xp.exp(-xp.abs(z))
+    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
 class BinaryCrossEntropyWithLogits(Function):
     """(1 - t) x + (1 + (pw - 1) t) softplus(-x), elementwise, with softplus(-x) written
     as log1p(exp(-|x|)) + max(-x, 0), which never overflows:
@@ -312,12 +318,6 @@ class BinaryCrossEntropyWithLogits(Function):
         if need_pw:
             grad_pw = unbroadcast(grad * t * softplus_neg, pos_weight.shape)
         return grad_x, grad_t, grad_pw
-
-
-def _sigmoid(xp: Any, z: Any) -> Any:
-    """1 / (1 + exp(-z)) without overflow for large |z|."""
-    e = xp.exp(-xp.abs(z))
-    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,  # noqa: A002

@@ -34,6 +34,15 @@ class Sum(Function):
         return expand_reduced(grad, ctx.in_shape, ctx.axes, ctx.keepdim, ctx.xp), None, None
 
 
+def sum(a: Tensor, dim: Any = None, keepdim: bool = False, *,  # noqa: A001
+        dtype: Any = None) -> Tensor:
+    """The sum over ``dim`` (all dims when None); ``dtype`` casts the input first."""
+    require_tensor(a, "sum")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
+    return Sum.apply(a, normalize_dims(dim, a.ndim, "sum"), keepdim)
+
+
 class Mean(Function):
     @staticmethod
     def forward(ctx, a, axes, keepdim):
@@ -45,6 +54,16 @@ class Mean(Function):
     def backward(ctx, grad):
         grad = grad / ctx.count
         return expand_reduced(grad, ctx.in_shape, ctx.axes, ctx.keepdim, ctx.xp), None, None
+
+
+def mean(a: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    """The mean over ``dim`` (all dims when None); ``dtype`` casts the input first."""
+    require_tensor(a, "mean")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
+    if a.dtype.kind in "iub":
+        raise TypeError(f"mean: expected a floating-point input, got {a.dtype}")
+    return Mean.apply(a, normalize_dims(dim, a.ndim, "mean"), keepdim)
 
 
 class Var(Function):
@@ -69,151 +88,6 @@ class Var(Function):
         # +-inf), rather than a ZeroDivisionError
         scale = 2.0 / ctx.dof if ctx.dof > 0 else float("inf")
         return grad * centered * scale, None, None, None
-
-
-class Extremum(Function):
-    """amax/amin: ties share the gradient equally (as PyTorch's amax/amin do)."""
-
-    @staticmethod
-    def forward(ctx, a, axes, keepdim, largest):
-        out = a.max(axis=axes, keepdims=True) if largest else a.min(axis=axes, keepdims=True)
-        ctx.save_for_backward(a == out)
-        ctx.axes, ctx.keepdim = axes, keepdim
-        if not keepdim:
-            out = out.reshape([n for i, n in enumerate(out.shape)
-                               if axes is not None and i not in axes])
-        return ctx.xp.asarray(out, order="C")
-
-    @staticmethod
-    def backward(ctx, grad):
-        (hit,) = ctx.saved_tensors
-        grad = expand_reduced(grad, hit.shape, ctx.axes, ctx.keepdim, ctx.xp)
-        ties = hit.sum(axis=ctx.axes, keepdims=True)
-        return grad * hit / ties, None, None, None
-
-
-class CumSum(Function):
-    """Running sums along a dim. Input element i feeds outputs i, i+1, ...: its gradient
-    is the output gradient summed from i to the end, a cumulative sum run backwards."""
-
-    @staticmethod
-    def forward(ctx, a, dim):
-        xp = ctx.xp
-        ctx.dim = dim
-        if a.dtype.kind in "iub":  # integer and bool running sums are int64, as in PyTorch
-            return xp.asarray(xp.cumsum(a, axis=dim, dtype=xp.int64), order="C")
-        # bf16/fp16 accumulate in float32 (a long running sum would drift), rounded back
-        return xp.cumsum(widened(a), axis=dim).astype(a.dtype, order="C", copy=False)
-
-    @staticmethod
-    def backward(ctx, grad):
-        xp, dim = ctx.xp, ctx.dim
-        return xp.flip(xp.cumsum(widened(xp.flip(grad, dim)), axis=dim), dim), None
-
-
-class LogSumExp(Function):
-    """``log(sum(exp(a)))`` over dims, shifted by the max so nothing overflows; the
-    gradient is the softmax over the same dims (one fused node)."""
-
-    @staticmethod
-    def forward(ctx, a, axes, keepdim):
-        xp = ctx.xp
-        wide = widened(a)
-        peak = wide.max(axis=axes, keepdims=True)
-        peak = xp.where(xp.isfinite(peak), peak, 0)  # all -inf (or an inf): no shift
-        out = xp.log(xp.exp(wide - peak).sum(axis=axes, keepdims=True)) + peak  # keepdims
-        ctx.save_for_backward(a, out)
-        ctx.axes, ctx.keepdim = axes, keepdim
-        if not keepdim:
-            out = out.reshape([n for i, n in enumerate(out.shape)
-                               if axes is not None and i not in axes])
-        return xp.asarray(out, dtype=a.dtype, order="C")
-
-    @staticmethod
-    def backward(ctx, grad):
-        a, out = ctx.saved_tensors
-        grad = expand_reduced(grad, a.shape, ctx.axes, ctx.keepdim, ctx.xp)
-        return grad * ctx.xp.exp(widened(a) - out).astype(a.dtype), None, None
-
-
-class Prod(Function):
-    """The product over dims. d prod / d a_i is the product of the others: out / a_i when
-    no element of the group is 0; with one zero, only the zero's gradient is non-zero
-    (the product of the rest); with two or more, every gradient is 0 (as PyTorch)."""
-
-    @staticmethod
-    def forward(ctx, a, axes, keepdim):
-        ctx.save_for_backward(a)
-        ctx.axes, ctx.keepdim = axes, keepdim
-        dtype = ctx.xp.int64 if a.dtype.kind in "iub" else None
-        return ctx.xp.asarray(a.prod(axis=axes, keepdims=keepdim, dtype=dtype), order="C")
-
-    @staticmethod
-    def backward(ctx, grad):
-        xp = ctx.xp
-        (a,) = ctx.saved_tensors
-        grad = expand_reduced(grad, a.shape, ctx.axes, ctx.keepdim, xp)
-        zero = a == 0
-        zeros = zero.sum(axis=ctx.axes, keepdims=True)
-        others = xp.where(zero, 1, a).prod(axis=ctx.axes, keepdims=True)  # nonzero product
-        # no zero: out / a_i; the one zero: the product of the rest; else 0
-        local = xp.where(zeros == 0, others / xp.where(zero, 1, a),
-                         xp.where((zeros == 1) & zero, others, 0))
-        return grad * local, None, None
-
-
-def _reverse_cumsum(x: Any, axis: int, xp: Any) -> Any:
-    """``out[i] = x[i:].sum()`` along ``axis``."""
-    return xp.flip(xp.cumsum(xp.flip(x, axis), axis=axis), axis)
-
-
-class CumProd(Function):
-    """Running products along a dim. d out_j / d a_i (j >= i) is out_j / a_i before the
-    first zero of the row; at the first zero it is the running product with that zero
-    taken as 1; past it, every running product keeps the zero: 0 (as PyTorch)."""
-
-    @staticmethod
-    def forward(ctx, a, dim):
-        xp = ctx.xp
-        ctx.dim = dim
-        if a.dtype.kind in "iub":
-            return xp.asarray(xp.cumprod(a, axis=dim, dtype=xp.int64), order="C")
-        out = xp.cumprod(widened(a), axis=dim).astype(a.dtype, order="C", copy=False)
-        ctx.save_for_backward(a, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        xp, dim = ctx.xp, ctx.dim
-        a, out = ctx.saved_tensors
-        zero = a == 0
-        zeros_so_far = xp.cumsum(zero, axis=dim)
-        before = zeros_so_far == 0  # before the row's first zero
-        first_zero = zero & (zeros_so_far == 1)
-        local = _reverse_cumsum(grad * out, dim, xp) / xp.where(before, a, 1)
-        skip_zero = xp.cumprod(xp.where(first_zero, 1, a), axis=dim)  # that zero as 1
-        at_zero = _reverse_cumsum(grad * skip_zero, dim, xp)
-        return xp.where(before, local, xp.where(first_zero, at_zero, 0)), None
-
-
-# --- functional wrappers ------------------------------------------------------------------
-def sum(a: Tensor, dim: Any = None, keepdim: bool = False, *,  # noqa: A001
-        dtype: Any = None) -> Tensor:
-    """The sum over ``dim`` (all dims when None); ``dtype`` casts the input first."""
-    require_tensor(a, "sum")
-    if dtype is not None:
-        a = to_dtype(a, dtype)
-    return Sum.apply(a, normalize_dims(dim, a.ndim, "sum"), keepdim)
-
-
-def mean(a: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    """The mean over ``dim`` (all dims when None); ``dtype`` casts the input first."""
-    require_tensor(a, "mean")
-    if dtype is not None:
-        a = to_dtype(a, dtype)
-    if a.dtype.kind in "iub":
-        raise TypeError(f"mean: expected a floating-point input, got {a.dtype}")
-    return Mean.apply(a, normalize_dims(dim, a.ndim, "mean"), keepdim)
 
 
 def _correction(op: str, unbiased: Optional[bool], correction: Optional[int]) -> int:
@@ -250,6 +124,27 @@ def std_mean(a: Tensor, dim: Any = None, unbiased: Optional[bool] = None,
     """``(std, mean)`` over the same dims (as torch.std_mean)."""
     return (std(a, dim, unbiased, keepdim, correction=correction),
             mean(a, dim, keepdim))
+
+
+class Extremum(Function):
+    """amax/amin: ties share the gradient equally (as PyTorch's amax/amin do)."""
+
+    @staticmethod
+    def forward(ctx, a, axes, keepdim, largest):
+        out = a.max(axis=axes, keepdims=True) if largest else a.min(axis=axes, keepdims=True)
+        ctx.save_for_backward(a == out)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        if not keepdim:
+            out = out.reshape([n for i, n in enumerate(out.shape)
+                               if axes is not None and i not in axes])
+        return ctx.xp.asarray(out, order="C")
+
+    @staticmethod
+    def backward(ctx, grad):
+        (hit,) = ctx.saved_tensors
+        grad = expand_reduced(grad, hit.shape, ctx.axes, ctx.keepdim, ctx.xp)
+        ties = hit.sum(axis=ctx.axes, keepdims=True)
+        return grad * hit / ties, None, None, None
 
 
 def _check_nonempty(a: Tensor, op: str, axes: Optional[tuple] = None) -> None:
@@ -327,22 +222,6 @@ def argmin(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tenso
     return _arg(a, dim, keepdim, "argmin")
 
 
-def cumsum(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
-    """Running sums along ``dim``: ``out[..., i, ...] = a[..., :i+1, ...].sum(dim)``;
-    integer and bool inputs give int64.
-
-    >>> mt.cumsum(mt.tensor([1, 2, 3]), 0)
-    tensor([1, 3, 6])
-    """
-    require_tensor(a, "cumsum")
-    if dtype is not None:
-        a = to_dtype(a, dtype)
-    dim = _wrap_dim(dim, a.ndim, "cumsum")
-    if a.ndim == 0:  # one element: its own running sum
-        return cumsum(a.reshape(1), 0).reshape(())
-    return CumSum.apply(a, dim)
-
-
 def _truth(a: Tensor, dim: Any, keepdim: bool, op: str) -> Tensor:
     require_tensor(a, op)
     axes = normalize_dims(dim, a.ndim, op)
@@ -362,29 +241,73 @@ def all(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A
     return _truth(a, dim, keepdim, "all")
 
 
-def logsumexp(a: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
-    """``log(exp(a).sum(dim))`` computed stably (shifted by the max); integer inputs give
-    the default float. Its gradient is ``softmax(a, dim)``.
+class CumSum(Function):
+    """Running sums along a dim. Input element i feeds outputs i, i+1, ...: its gradient
+    is the output gradient summed from i to the end, a cumulative sum run backwards."""
 
-    >>> mt.logsumexp(mt.tensor([0.0, 0.0]), 0)   # log 2
-    tensor(0.6931)
+    @staticmethod
+    def forward(ctx, a, dim):
+        xp = ctx.xp
+        ctx.dim = dim
+        if a.dtype.kind in "iub":  # integer and bool running sums are int64, as in PyTorch
+            return xp.asarray(xp.cumsum(a, axis=dim, dtype=xp.int64), order="C")
+        # bf16/fp16 accumulate in float32 (a long running sum would drift), rounded back
+        return xp.cumsum(widened(a), axis=dim).astype(a.dtype, order="C", copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp, dim = ctx.xp, ctx.dim
+        return xp.flip(xp.cumsum(widened(xp.flip(grad, dim)), axis=dim), dim), None
+
+
+def cumsum(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    """Running sums along ``dim``: ``out[..., i, ...] = a[..., :i+1, ...].sum(dim)``;
+    integer and bool inputs give int64.
+
+    >>> mt.cumsum(mt.tensor([1, 2, 3]), 0)
+    tensor([1, 3, 6])
     """
-    a = float_input(a, "logsumexp")
-    return LogSumExp.apply(a, normalize_dims(dim, a.ndim, "logsumexp"), keepdim)
-
-
-def prod(a: Tensor, dim: Optional[int] = None, keepdim: bool = False, *,
-         dtype: Any = None) -> Tensor:
-    """The product of all elements, or along one ``dim``; integer and bool inputs give
-    int64; ``dtype`` casts the input first. Zeros get PyTorch's gradient."""
-    require_tensor(a, "prod")
+    require_tensor(a, "cumsum")
     if dtype is not None:
         a = to_dtype(a, dtype)
-    axes = None if dim is None else normalize_dims(_wrap_dim(dim, a.ndim, "prod"), a.ndim,
-                                                   "prod")
-    if axes is None and dim is not None:  # a 0-d tensor along its one "dim"
-        keepdim = False
-    return Prod.apply(a, axes, keepdim)
+    dim = _wrap_dim(dim, a.ndim, "cumsum")
+    if a.ndim == 0:  # one element: its own running sum
+        return cumsum(a.reshape(1), 0).reshape(())
+    return CumSum.apply(a, dim)
+
+
+def _reverse_cumsum(x: Any, axis: int, xp: Any) -> Any:
+    """``out[i] = x[i:].sum()`` along ``axis``."""
+    return xp.flip(xp.cumsum(xp.flip(x, axis), axis=axis), axis)
+
+
+class CumProd(Function):
+    """Running products along a dim. d out_j / d a_i (j >= i) is out_j / a_i before the
+    first zero of the row; at the first zero it is the running product with that zero
+    taken as 1; past it, every running product keeps the zero: 0 (as PyTorch)."""
+
+    @staticmethod
+    def forward(ctx, a, dim):
+        xp = ctx.xp
+        ctx.dim = dim
+        if a.dtype.kind in "iub":
+            return xp.asarray(xp.cumprod(a, axis=dim, dtype=xp.int64), order="C")
+        out = xp.cumprod(widened(a), axis=dim).astype(a.dtype, order="C", copy=False)
+        ctx.save_for_backward(a, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp, dim = ctx.xp, ctx.dim
+        a, out = ctx.saved_tensors
+        zero = a == 0
+        zeros_so_far = xp.cumsum(zero, axis=dim)
+        before = zeros_so_far == 0  # before the row's first zero
+        first_zero = zero & (zeros_so_far == 1)
+        local = _reverse_cumsum(grad * out, dim, xp) / xp.where(before, a, 1)
+        skip_zero = xp.cumprod(xp.where(first_zero, 1, a), axis=dim)  # that zero as 1
+        at_zero = _reverse_cumsum(grad * skip_zero, dim, xp)
+        return xp.where(before, local, xp.where(first_zero, at_zero, 0)), None
 
 
 def cumprod(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
@@ -400,3 +323,79 @@ def cumprod(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     if a.ndim == 0:
         return cumprod(a.reshape(1), 0).reshape(())
     return CumProd.apply(a, dim)
+
+
+class LogSumExp(Function):
+    """``log(sum(exp(a)))`` over dims, shifted by the max so nothing overflows; the
+    gradient is the softmax over the same dims (one fused node)."""
+
+    @staticmethod
+    def forward(ctx, a, axes, keepdim):
+        xp = ctx.xp
+        wide = widened(a)
+        peak = wide.max(axis=axes, keepdims=True)
+        peak = xp.where(xp.isfinite(peak), peak, 0)  # all -inf (or an inf): no shift
+        out = xp.log(xp.exp(wide - peak).sum(axis=axes, keepdims=True)) + peak  # keepdims
+        ctx.save_for_backward(a, out)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        if not keepdim:
+            out = out.reshape([n for i, n in enumerate(out.shape)
+                               if axes is not None and i not in axes])
+        return xp.asarray(out, dtype=a.dtype, order="C")
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, out = ctx.saved_tensors
+        grad = expand_reduced(grad, a.shape, ctx.axes, ctx.keepdim, ctx.xp)
+        return grad * ctx.xp.exp(widened(a) - out).astype(a.dtype), None, None
+
+
+def logsumexp(a: Tensor, dim: Any, keepdim: bool = False) -> Tensor:
+    """``log(exp(a).sum(dim))`` computed stably (shifted by the max); integer inputs give
+    the default float. Its gradient is ``softmax(a, dim)``.
+
+    >>> mt.logsumexp(mt.tensor([0.0, 0.0]), 0)   # log 2
+    tensor(0.6931)
+    """
+    a = float_input(a, "logsumexp")
+    return LogSumExp.apply(a, normalize_dims(dim, a.ndim, "logsumexp"), keepdim)
+
+
+class Prod(Function):
+    """The product over dims. d prod / d a_i is the product of the others: out / a_i when
+    no element of the group is 0; with one zero, only the zero's gradient is non-zero
+    (the product of the rest); with two or more, every gradient is 0 (as PyTorch)."""
+
+    @staticmethod
+    def forward(ctx, a, axes, keepdim):
+        ctx.save_for_backward(a)
+        ctx.axes, ctx.keepdim = axes, keepdim
+        dtype = ctx.xp.int64 if a.dtype.kind in "iub" else None
+        return ctx.xp.asarray(a.prod(axis=axes, keepdims=keepdim, dtype=dtype), order="C")
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        (a,) = ctx.saved_tensors
+        grad = expand_reduced(grad, a.shape, ctx.axes, ctx.keepdim, xp)
+        zero = a == 0
+        zeros = zero.sum(axis=ctx.axes, keepdims=True)
+        others = xp.where(zero, 1, a).prod(axis=ctx.axes, keepdims=True)  # nonzero product
+        # no zero: out / a_i; the one zero: the product of the rest; else 0
+        local = xp.where(zeros == 0, others / xp.where(zero, 1, a),
+                         xp.where((zeros == 1) & zero, others, 0))
+        return grad * local, None, None
+
+
+def prod(a: Tensor, dim: Optional[int] = None, keepdim: bool = False, *,
+         dtype: Any = None) -> Tensor:
+    """The product of all elements, or along one ``dim``; integer and bool inputs give
+    int64; ``dtype`` casts the input first. Zeros get PyTorch's gradient."""
+    require_tensor(a, "prod")
+    if dtype is not None:
+        a = to_dtype(a, dtype)
+    axes = None if dim is None else normalize_dims(_wrap_dim(dim, a.ndim, "prod"), a.ndim,
+                                                   "prod")
+    if axes is None and dim is not None:  # a 0-d tensor along its one "dim"
+        keepdim = False
+    return Prod.apply(a, axes, keepdim)

@@ -123,6 +123,48 @@ def scatter(a: Tensor, dim: int, index: Tensor, src: Any = None, *, value: Any =
     return Scatter.apply(a, index.data, src, dim, value)
 
 
+def _flat_positions(where: tuple, shape: tuple, index_shape: tuple, xp: Any) -> Any:
+    """Row-major offsets into ``shape`` of the (broadcasting) coordinates ``where``, one
+    per element of the index, as int64 (arithmetic, where ``ravel_multi_index`` would
+    need its coordinates broadcast first)."""
+    flat, stride = 0, 1
+    for coordinate, n in zip(reversed(where), reversed(shape)):
+        flat = flat + coordinate.astype(np.int64) * stride
+        stride *= n
+    return xp.broadcast_to(flat, index_shape).reshape(-1)
+
+
+def _add_at(backend: Any, target: Any, flat: Any, values: Any) -> None:
+    """``target[flat] += values`` with repeats adding up. int64 adds as uint64 (the same
+    bits, two's complement): CUDA's atomicAdd has no signed 64-bit form."""
+    if target.dtype == np.int64:
+        backend.scatter_add(target.view(np.uint64), flat, values.astype(np.uint64))
+    else:
+        backend.scatter_add(target, flat, values)
+
+
+def _combine_in_rounds(backend: Any, combine: Any, flat: Any, values: Any, size: int,
+                       dtype: Any) -> Any:
+    """``combine`` (a ufunc) of the ``values`` sent to each of ``size`` positions
+    (``flat``), as an array of ``size``; positions nothing is sent to hold junk, which the
+    caller masks. Round r combines each position's r-th contribution: distinct positions."""
+    xp = backend.xp
+    out = xp.zeros(size, dtype=dtype)
+    if not flat.size:
+        return out
+    order = backend.stable_argsort(flat, 0)
+    where, ordered = flat[order], values[order]
+    first = xp.concatenate([xp.ones(1, dtype=bool), where[1:] != where[:-1]])
+    starts = xp.nonzero(first)[0]
+    rank = xp.arange(where.size) - starts[xp.cumsum(first) - 1]  # place within its run
+    lead = rank == 0
+    out[where[lead]] = ordered[lead]
+    for r in range(1, int(rank.max()) + 1):
+        pick = rank == r
+        out[where[pick]] = combine(out[where[pick]], ordered[pick])
+    return out
+
+
 class ScatterReduce(Function):
     """scatter_add and scatter_reduce: the ``src`` elements that ``index`` sends to one
     position of ``a`` combined with 'sum', 'prod', 'mean', 'amax' or 'amin', with or
@@ -219,51 +261,6 @@ class ScatterReduce(Function):
         return grad_a.reshape(shape), None, grad_src, None, None, None
 
 
-def _flat_positions(where: tuple, shape: tuple, index_shape: tuple, xp: Any) -> Any:
-    """Row-major offsets into ``shape`` of the (broadcasting) coordinates ``where``, one
-    per element of the index, as int64 (arithmetic, where ``ravel_multi_index`` would
-    need its coordinates broadcast first)."""
-    flat, stride = 0, 1
-    for coordinate, n in zip(reversed(where), reversed(shape)):
-        flat = flat + coordinate.astype(np.int64) * stride
-        stride *= n
-    return xp.broadcast_to(flat, index_shape).reshape(-1)
-
-
-def _add_at(backend: Any, target: Any, flat: Any, values: Any) -> None:
-    """``target[flat] += values`` with repeats adding up. int64 adds as uint64 (the same
-    bits, two's complement): CUDA's atomicAdd has no signed 64-bit form."""
-    if target.dtype == np.int64:
-        backend.scatter_add(target.view(np.uint64), flat, values.astype(np.uint64))
-    else:
-        backend.scatter_add(target, flat, values)
-
-
-def _combine_in_rounds(backend: Any, combine: Any, flat: Any, values: Any, size: int,
-                       dtype: Any) -> Any:
-    """``combine`` (a ufunc) of the ``values`` sent to each of ``size`` positions
-    (``flat``), as an array of ``size``; positions nothing is sent to hold junk, which the
-    caller masks. Round r combines each position's r-th contribution: distinct positions."""
-    xp = backend.xp
-    out = xp.zeros(size, dtype=dtype)
-    if not flat.size:
-        return out
-    order = backend.stable_argsort(flat, 0)
-    where, ordered = flat[order], values[order]
-    first = xp.concatenate([xp.ones(1, dtype=bool), where[1:] != where[:-1]])
-    starts = xp.nonzero(first)[0]
-    rank = xp.arange(where.size) - starts[xp.cumsum(first) - 1]  # place within its run
-    lead = rank == 0
-    out[where[lead]] = ordered[lead]
-    for r in range(1, int(rank.max()) + 1):
-        pick = rank == r
-        out[where[pick]] = combine(out[where[pick]], ordered[pick])
-    return out
-
-
-_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
-
-
 def scatter_add(a: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     """A copy of ``a`` with ``src[i][j]`` added at ``index[i][j]`` along ``dim``; repeated
     indices all add (torch.scatter_add)."""
@@ -272,6 +269,9 @@ def scatter_add(a: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     if not index.numel():
         return a.clone()
     return ScatterReduce.apply(a, index.data, src, dim, "sum", True)
+
+
+_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 
 def scatter_reduce(a: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *,
@@ -292,5 +292,3 @@ def scatter_reduce(a: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
     if not index.numel():
         return a.clone()
     return ScatterReduce.apply(a, index.data, src, dim, reduce, bool(include_self))
-
-

@@ -12,6 +12,7 @@ from ..tensor import Tensor, _wrap_dim
 from ._util import require_float, require_tensor, widened
 from .promotion import autocast_float32
 
+
 def working_copy(x: Any) -> Any:
     """A fresh array of ``x`` in a dtype wide enough for exp/sum (float32 for bf16/fp16)."""
     wide = widened(x)
@@ -44,6 +45,13 @@ class Softmax(Function):
         return out * (grad - inner), None
 
 
+def softmax(a: Tensor, dim: int) -> Tensor:
+    require_tensor(a, "softmax")
+    require_float(a, "softmax")
+    a = autocast_float32(a)
+    return Softmax.apply(a, _wrap_dim(dim, a.ndim, "softmax"))
+
+
 class LogSoftmax(Function):
     @staticmethod
     def forward(ctx, a, axis):
@@ -62,13 +70,6 @@ class LogSoftmax(Function):
         (out,) = ctx.saved_tensors
         # d log_softmax: g - softmax * sum(g)
         return grad - ctx.xp.exp(out) * grad.sum(axis=ctx.axis, keepdims=True), None
-
-
-def softmax(a: Tensor, dim: int) -> Tensor:
-    require_tensor(a, "softmax")
-    require_float(a, "softmax")
-    a = autocast_float32(a)
-    return Softmax.apply(a, _wrap_dim(dim, a.ndim, "softmax"))
 
 
 def log_softmax(a: Tensor, dim: int) -> Tensor:
