@@ -15,8 +15,10 @@ residual stream (float32 + bf16 -> float32) stays float32.
 
 The casts are ordinary differentiable ops: backward casts each gradient back to the dtype
 of the tensor it belongs to, so a float32 weight's gradient is accumulated in float32
-whatever precision its product ran in. The rule tables live here; the ops consult
-``autocast_dtype()`` in their checked wrappers, nowhere else.
+whatever precision its product ran in. Each op's rule is one call in its checked wrapper,
+nowhere else: ``autocast_lower`` (matmul, linear, scaled_dot_product_attention, packed and
+cached causal attention) or ``autocast_float32`` (layer_norm, rms_norm, softmax,
+log_softmax, cross_entropy), both in ``ops/promotion.py``; a grep for them lists the rules.
 """
 from __future__ import annotations
 
@@ -27,11 +29,7 @@ import numpy as np
 
 from .backend import dtypes
 
-__all__ = ["autocast", "autocast_dtype", "LOWER_PRECISION_OPS", "FLOAT32_OPS"]
-
-# the ops that run in the autocast dtype, and those that always compute in float32
-LOWER_PRECISION_OPS = ("matmul", "linear", "scaled_dot_product_attention")
-FLOAT32_OPS = ("layer_norm", "softmax", "log_softmax", "cross_entropy", "rms_norm")
+__all__ = ["autocast", "autocast_dtype"]
 
 _SUPPORTED = (dtypes.bfloat16,)
 
