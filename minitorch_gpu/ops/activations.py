@@ -1,12 +1,12 @@
 """Activations: relu, gelu, tanh, sigmoid, silu, softplus, logsigmoid, leaky_relu, elu,
 hardtanh, mish.
 
-Each is one Function. GELU (tanh form), silu and the others after it compute, when a
+Each is one Function. GELU's tanh form, silu and the ones after it compute, when a
 gradient is wanted, their local derivative in the same chain as the value and save only
-that (backward is then one multiplication). silu/softplus/logsigmoid/mish never overflow: exp only
-ever sees non-positive arguments (or arguments capped at softplus's threshold), and
-logaddexp does the softplus inside mish. bf16/fp16 inputs are
-computed in float32 and the result rounded back.
+that (backward is then one multiplication). silu/softplus/logsigmoid/mish never
+overflow: exp only ever sees non-positive arguments (or arguments capped at softplus's
+threshold), and logaddexp does the softplus inside mish. bf16/fp16 inputs are computed in
+float32 and the result rounded back.
 """
 from __future__ import annotations
 
