@@ -182,6 +182,22 @@ def _soft_cross_entropy(input: Tensor, target: Tensor, reduction: str,  # noqa: 
     return _reduce(loss, reduction, "cross_entropy")
 
 
+def _class_rows(input: Tensor, target: Tensor, op: str) -> tuple:  # noqa: A002
+    """``input`` (N, C, d1, ...) or (C,) as (M, C) rows and ``target`` as (M,) ids, checked;
+    and the shape a 'none' reduction returns."""
+    if input.ndim < 1:
+        raise ValueError(f"{op}: input must have a class dim")
+    expected = () if input.ndim == 1 else (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != expected:
+        raise ValueError(f"{op}: target has shape {tuple(target.shape)}, expected {expected} "
+                         f"for input of shape {tuple(input.shape)}")
+    rows = input.unsqueeze(0) if input.ndim == 1 else input
+    if input.ndim > 2:
+        rows = input.permute((0, *range(2, input.ndim), 1))
+    classes = input.shape[0] if input.ndim == 1 else input.shape[1]
+    return rows.reshape(-1, classes), expected, classes
+
+
 class NLLLoss(Function):
     """-weight[t] * input[i, t] for each row i of log-probabilities (M, C) with class id t;
     backward scatters the gradient back to the picked entries."""
@@ -213,22 +229,6 @@ class NLLLoss(Function):
         grad_logp = xp.zeros(ctx.logp_shape, dtype=w.dtype)
         grad_logp[xp.arange(safe.shape[0]), safe] = -w * scale
         return grad_logp, None, None, None, None
-
-
-def _class_rows(input: Tensor, target: Tensor, op: str) -> tuple:  # noqa: A002
-    """``input`` (N, C, d1, ...) or (C,) as (M, C) rows and ``target`` as (M,) ids, checked;
-    and the shape a 'none' reduction returns."""
-    if input.ndim < 1:
-        raise ValueError(f"{op}: input must have a class dim")
-    expected = () if input.ndim == 1 else (input.shape[0],) + tuple(input.shape[2:])
-    if tuple(target.shape) != expected:
-        raise ValueError(f"{op}: target has shape {tuple(target.shape)}, expected {expected} "
-                         f"for input of shape {tuple(input.shape)}")
-    rows = input.unsqueeze(0) if input.ndim == 1 else input
-    if input.ndim > 2:
-        rows = input.permute((0, *range(2, input.ndim), 1))
-    classes = input.shape[0] if input.ndim == 1 else input.shape[1]
-    return rows.reshape(-1, classes), expected, classes
 
 
 def nll_loss(input: Tensor, target: Tensor, weight: Optional[Tensor] = None,  # noqa: A002

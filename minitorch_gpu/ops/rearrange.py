@@ -69,6 +69,15 @@ def repeat(a: Tensor, *sizes: Any) -> Tensor:
     return Repeat.apply(a, reps)
 
 
+def _sources(counts: Any, xp: Any) -> Any:
+    """The input position of each output of a repeat_interleave by ``counts``: output j
+    comes from the element whose run of copies covers j (CuPy's ``repeat`` takes no
+    array of counts, a search over the runs' ends works on both backends)."""
+    ends = xp.cumsum(counts)
+    total = int(ends[-1]) if counts.size else 0
+    return xp.searchsorted(ends, xp.arange(total), side="right").astype(np.int64)
+
+
 class RepeatInterleave(Function):
     """Each element along ``dim`` copied ``repeats[i]`` times in place: a ``take`` of the
     source position of every output (``source``). Backward sums each run of copies back
@@ -90,15 +99,6 @@ class RepeatInterleave(Function):
         if source.size:
             ctx.backend.scatter_add(out, source, rows)
         return xp.moveaxis(out, 0, dim), None, None
-
-
-def _sources(counts: Any, xp: Any) -> Any:
-    """The input position of each output of a repeat_interleave by ``counts``: output j
-    comes from the element whose run of copies covers j (CuPy's ``repeat`` takes no
-    array of counts, a search over the runs' ends works on both backends)."""
-    ends = xp.cumsum(counts)
-    total = int(ends[-1]) if counts.size else 0
-    return xp.searchsorted(ends, xp.arange(total), side="right").astype(np.int64)
 
 
 def repeat_interleave(a: Tensor, repeats: Any = None, dim: Optional[int] = None, *,

@@ -81,6 +81,27 @@ def _int_trunc_divide(xp: Any, a: Any, b: Any) -> Any:
     return quotient + (inexact & ((xp.asarray(a) < 0) != (xp.asarray(b) < 0)))
 
 
+def _division_operands(a: Any, b: Any, op: str) -> tuple:
+    """Promoted operands; an integer division by zero is PyTorch's RuntimeError (NumPy
+    would warn and give 0). A zero in an integer tensor divisor is looked for where reads
+    are free (the CPU); on a GPU that would wait for the device, and the quotient is left
+    as CuPy gives it."""
+    a, b = binary_operands(a, b, op)
+    for x in (a, b):
+        if isinstance(x, Tensor) and x.dtype.kind == "b":
+            raise TypeError(f"{op}: not defined for bool tensors; cast them first")
+    integral = all(x.dtype.kind in "iu" if isinstance(x, Tensor) else isinstance(x, int)
+                   for x in (a, b))
+    if integral:
+        if isinstance(b, Tensor):
+            zero = b._backend.reads_are_free and bool((b.data == 0).any())
+        else:
+            zero = b == 0
+        if zero:
+            raise RuntimeError(f"{op}: ZeroDivisionError (an integer divisor is 0)")
+    return a, b
+
+
 class RoundedDivide(Function):
     """a / b rounded down ("floor") or towards zero ("trunc"); a zero gradient."""
 
@@ -101,27 +122,6 @@ class RoundedDivide(Function):
     def backward(ctx, grad):
         zeros = ctx.xp.zeros_like(grad)
         return zeros, zeros, None
-
-
-def _division_operands(a: Any, b: Any, op: str) -> tuple:
-    """Promoted operands; an integer division by zero is PyTorch's RuntimeError (NumPy
-    would warn and give 0). A zero in an integer tensor divisor is looked for where reads
-    are free (the CPU); on a GPU that would wait for the device, and the quotient is left
-    as CuPy gives it."""
-    a, b = binary_operands(a, b, op)
-    for x in (a, b):
-        if isinstance(x, Tensor) and x.dtype.kind == "b":
-            raise TypeError(f"{op}: not defined for bool tensors; cast them first")
-    integral = all(x.dtype.kind in "iu" if isinstance(x, Tensor) else isinstance(x, int)
-                   for x in (a, b))
-    if integral:
-        if isinstance(b, Tensor):
-            zero = b._backend.reads_are_free and bool((b.data == 0).any())
-        else:
-            zero = b == 0
-        if zero:
-            raise RuntimeError(f"{op}: ZeroDivisionError (an integer divisor is 0)")
-    return a, b
 
 
 def div_rounded(a: Any, b: Any, rounding_mode: Optional[str]) -> Tensor:
