@@ -10,7 +10,7 @@ import numpy as np
 
 from ..autograd import unbroadcast  # noqa: F401  (re-exported for the ops)
 from ..backend import dtypes
-from ..creation import check_number_dtype, data_array
+from ..from_python import check_number_dtype, data_array
 from ..tensor import Tensor, _wrap_dim
 
 SCALAR_TYPES = (int, float, bool, np.number, np.bool_)

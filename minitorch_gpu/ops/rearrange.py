@@ -112,8 +112,8 @@ def repeat_interleave(a: Tensor, repeats: Any = None, dim: Optional[int] = None,
     """
     require_tensor(a, "repeat_interleave")
     if repeats is None:  # torch.repeat_interleave(repeats)
-        from ..creation import arange
-        return repeat_interleave(arange(a.numel(), device=a.device), a, 0,
+        positions = a._backend.xp.arange(a.numel(), dtype=dtypes.int64)
+        return repeat_interleave(Tensor._make(positions, a._backend, False), a, 0,
                                  output_size=output_size)
     if dim is None:
         a, dim = reshape(a, (-1,)), 0
