@@ -454,7 +454,7 @@ def _model_to_profile(cfg, checkpoint: Optional[str], check_memory=None):
     from .backend import get_backend
     from .machine import set_num_threads
     from .nn import GPT
-    from .trainer import gpt_config
+    from .model_from_config import gpt_config
     set_num_threads(cfg.system.threads)
     try:
         device = str(get_backend(cfg.system.device).device)
@@ -547,7 +547,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _weights_dtype(cfg) -> Any:
     """The weights' dtype, as the trainer keeps them: float32 for bf16 mixed precision."""
-    from .trainer import DTYPES
+    from .model_from_config import DTYPES
     return DTYPES[cfg.system.dtype]
 
 

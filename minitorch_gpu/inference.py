@@ -18,6 +18,7 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .creation import tensor
 from .data import tokenizer_from_json
 from .memory import check_gpt_arrays
+from .model_from_config import DTYPES, build_model
 from .nn import GPT, GPTConfig
 
 __all__ = ["resolve_checkpoint", "load_for_inference", "stream_text"]
@@ -71,10 +72,8 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
                                   f"tokenizer ({type(exc).__name__}: {exc})") from None
         # the trainer keeps float32 weights for float32 and bf16 runs; a file saved by
         # other means may say no dtype: then any float, cast by load_state_dict
-        weights_dtype = {"float64": dtypes.float64, "float32": dtypes.float32,
-                         "bf16": dtypes.float32}.get(meta.get("dtype"))
         try:
-            check_gpt_arrays(found["config"], weights_dtype, table, file_size)
+            check_gpt_arrays(found["config"], DTYPES.get(meta.get("dtype")), table, file_size)
         except ValueError as exc:
             raise CheckpointError(f"{path}: the weights do not fit the model it describes "
                                   f"({exc})") from None
@@ -94,9 +93,7 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
             weights = {key: value[:vocab] if key in VOCAB_ROWS else value
                        for key, value in weights.items()}
             model_config = dataclasses.replace(model_config, vocab_size=vocab)
-    model = GPT(model_config)
-    if meta.get("dtype") == "float64":
-        model = model.to(dtypes.float64)
+    model = build_model(model_config, DTYPES.get(meta.get("dtype"), dtypes.float32))
     try:
         model.load_state_dict(weights)
     except (RuntimeError, ValueError, TypeError) as exc:

@@ -63,24 +63,19 @@ from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
 from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
                          save_checkpoint)
-from .config import Config, ModelConfig, config_to_yaml
+from .config import Config, ConfigError, config_to_yaml
 from .data import BatchSampler, describe_source, prepare
 from .distributed import rank_seed
 from .machine import matmul_peak_flops, set_num_threads
 from .memory import (MemoryLimitError, Workload, check_gpt_arrays, check_memory,
                      estimate_memory, memory_limit)
-from .nn import GPT, GPTConfig
+from .model_from_config import DTYPES, build_model, gpt_config, weight_dtype
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
 from .run_lock import RunDirectoryInUse, RunLock, lock_run_directory
 from .tensorboard_log import TENSORBOARD_HINT, TensorBoardLog, tensorboard_available
 
 __all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "TrainingRefused",
            "run_directory"]
-
-# the weights' dtype per system.dtype: bf16 mixed precision keeps float32 master weights
-# (and optimizer state) and runs the matrix products in bf16 under autocast
-DTYPES = {"float32": dtypes.float32, "float64": dtypes.float64, "bf16": dtypes.float32}
-
 
 class TrainingError(RuntimeError):
     """A run that cannot start or continue; the message says why and what to do."""
@@ -128,24 +123,6 @@ def run_directory(cfg: Config) -> Path:
     return Path(cfg.checkpoint.dir).expanduser() / str(cfg.checkpoint.run_name or "run")
 
 
-def gpt_config(model: ModelConfig, tokenizer_vocab: Optional[int]) -> GPTConfig:
-    """The GPT a config's model section describes: its vocabulary is model.vocab_size, or
-    the tokenizer's ``tokenizer_vocab`` rounded up to a multiple of model.pad_vocab_to.
-    ``tokenizer_vocab`` may be None only when model.vocab_size is set."""
-    vocab_size = model.vocab_size
-    if vocab_size is None:
-        if tokenizer_vocab is None:
-            raise TrainingError("model.vocab_size is null: the vocabulary size comes from the "
-                                "data's tokenizer")
-        vocab_size = -(-tokenizer_vocab // model.pad_vocab_to) * model.pad_vocab_to
-    elif tokenizer_vocab is not None and vocab_size < tokenizer_vocab:
-        raise TrainingError(f"model.vocab_size ({vocab_size}) is smaller than the tokenizer's "
-                            f"vocabulary ({tokenizer_vocab}); set it to null")
-    return GPTConfig(block_size=model.block_size, vocab_size=vocab_size, n_layer=model.n_layer,
-                     n_head=model.n_head, n_embd=model.n_embd, dropout=model.dropout,
-                     bias=model.bias)
-
-
 def _silent(message: str) -> None:
     """The log of a rank other than 0: one rank speaks for the job."""
 
@@ -181,12 +158,6 @@ class Trainer:
         self.tensorboard: Optional[TensorBoardLog] = None
 
     # --- set-up -------------------------------------------------------------------------
-    def _dtype(self) -> Any:
-        name = self.cfg.system.dtype
-        if name not in DTYPES:
-            raise TrainingError(f"system.dtype {name!r}: expected one of {', '.join(DTYPES)}")
-        return DTYPES[name]
-
     def _check_memory(self, vocab_size: Optional[int]) -> None:
         """TrainingError, one line, when the model, its optimizer and one micro-batch (or
         evaluation batch) are estimated past the memory available (``memory.py``): Python
@@ -223,7 +194,7 @@ class Trainer:
         self._claim_run_dir()  # before minutes of data preparation
         threads = cfg.system.threads
         set_num_threads(threads if threads is not None else group.cpu_threads())
-        self.dtype = self._dtype()
+        self.dtype = weight_dtype(cfg.system.dtype)
         mixed = cfg.system.dtype == "bf16"
         self.precision = autocast("bf16", enabled=mixed)  # the forward passes run in it
         try:
@@ -247,9 +218,12 @@ class Trainer:
         self.tokenizer = self.data.tokenizer
         self.tokenizer_json = self.tokenizer.to_json()  # into every checkpoint
         m = cfg.model
-        self.model_config = gpt_config(m, self.tokenizer.vocab_size)
+        try:
+            self.model_config = gpt_config(m, self.tokenizer.vocab_size)
+        except ConfigError as exc:  # model.vocab_size below the tokenizer's
+            raise TrainingError(str(exc)) from None
         self._check_memory(self.model_config.vocab_size)
-        self.model = GPT(self.model_config).to(self.dtype).to(self.device)
+        self.model = build_model(self.model_config, self.dtype, self.device)
         if group.rank > 0:  # its own dropout masks from here on (the weights are rank 0's)
             manual_seed(rank_seed(cfg.system.seed, group.rank))
         t = cfg.train

@@ -26,7 +26,7 @@ from minitorch_gpu.data import BatchSampler, prepare
 from minitorch_gpu.nn import GPT
 from minitorch_gpu.optim import cosine_lr
 from minitorch_gpu.torch_reference import TorchGPT, to_torch
-from minitorch_gpu.trainer import gpt_config
+from minitorch_gpu.model_from_config import gpt_config
 
 
 def main() -> None:
