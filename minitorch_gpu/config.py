@@ -26,9 +26,11 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import yaml
+
+from .nn.gpt import GPTConfig
 
 __all__ = ["Config", "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "EvalConfig",
            "CheckpointConfig", "SystemConfig", "LoggingConfig", "load_config",
@@ -39,18 +41,33 @@ class ConfigError(ValueError):
     """A config that cannot be used: the message names the key, the expected and the actual."""
 
 
-@dataclass
-class ModelConfig:
-    """The GPT's shape (nanoGPT's GPTConfig)."""
+def _with_defaults(**defaults: Any) -> Callable[[type], type]:
+    """``@dataclass`` for a subclass whose inherited fields ``defaults`` names take other
+    defaults: each field stays declared, with its comment, in the base class alone."""
+    def decorate(cls: type) -> type:
+        inherited = {f.name: f.type for f in dataclasses.fields(cls)}  # the base's
+        annotations = dict(cls.__dict__.get("__annotations__", {}))
+        for name, value in defaults.items():
+            annotations[name] = inherited[name]
+            setattr(cls, name, value)
+        cls.__annotations__ = annotations
+        return dataclass(cls)
+    return decorate
 
-    n_layer: int = 4  # transformer blocks stacked on the residual stream
-    n_head: int = 4  # attention heads per block; each works on n_embd // n_head dims
-    n_embd: int = 128  # width of the residual stream; must be divisible by n_head
-    block_size: int = 64  # the longest context in tokens: the training sequence length
-    dropout: float = 0.0  # on embeddings, attention and residual branches; 0 to pretrain
-    bias: bool = True  # biases in Linear and LayerNorm, as GPT-2
+
+# a small GPT that trains in minutes on a CPU: what a config leaves out (GPTConfig's own
+# defaults are GPT-2 small's)
+@_with_defaults(block_size=64, n_layer=4, n_head=4, n_embd=128)
+class ModelConfig(GPTConfig):
+    """The GPT's shape: GPTConfig's fields (declared and commented in nn/gpt.py), the
+    vocabulary left to the tokenizer by default. ``gpt_config`` (model_from_config.py)
+    makes the GPTConfig; the checks are ``validate``'s, naming each key as YAML spells it."""
+
     vocab_size: Optional[int] = None  # null: the tokenizer's vocabulary, padded to pad_vocab_to
     pad_vocab_to: int = 1  # round the vocabulary up to a multiple of this (64 for fast GEMMs)
+
+    def __post_init__(self) -> None:
+        """Nothing: a section is checked whole, by ``validate``, once it is built."""
 
 
 @dataclass
