@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .backend import dtypes
-from .config import ConfigError, ModelConfig
+from .config import Config, ConfigError, ModelConfig
+from .memory import Workload, check_memory, estimate_memory, memory_limit
 from .nn import GPT, GPTConfig
 
-__all__ = ["DTYPES", "build_model", "gpt_config", "weight_dtype"]
+__all__ = ["DTYPES", "build_model", "check_training_memory", "gpt_config", "weight_dtype"]
 
 # the weights' dtype per system.dtype: bf16 mixed precision keeps float32 master weights
 # (and optimizer state) and runs the matrix products in bf16 under autocast
@@ -51,3 +52,24 @@ def build_model(config: GPTConfig, dtype: Any = dtypes.float32, device: Any = "c
     """A GPT of ``config``, initialised from the current seed, its weights in ``dtype`` (cast
     where they are made) and then moved to ``device``."""
     return GPT(config).to(dtype).to(device)
+
+
+def check_training_memory(cfg: Config, vocab_size: Optional[int], backend: Any,
+                          data_parallel: bool = False) -> None:
+    """MemoryLimitError, one line naming the config keys, when the model ``cfg`` describes,
+    its optimizer and one micro-batch (or evaluation batch) are estimated past the memory
+    ``backend``'s device has (``memory.py``): Python arithmetic, before anything is
+    allocated. ``vocab_size`` None: before the data is read, the vocabulary at its least
+    (model.vocab_size, else model.pad_vocab_to). ValueError for a malformed limit."""
+    m, t = cfg.model, cfg.train
+    vocab = vocab_size or m.vocab_size or m.pad_vocab_to
+    work = Workload("train", m.n_layer, m.n_head, m.n_embd, m.block_size, vocab,
+                    bias=m.bias, dropout=m.dropout, batch=t.batch_size,
+                    eval_batch=cfg.eval.batch_size, dtype=cfg.system.dtype,
+                    device=str(backend.device), data_parallel=data_parallel)
+    names = {"n_layer": "model.n_layer", "n_embd": "model.n_embd",
+             "block_size": "model.block_size", "batch": "train.batch_size",
+             "eval_batch": "eval.batch_size", "n_head": "model.n_head",
+             "vocab_size": "model.vocab_size" if m.vocab_size is not None or
+             cfg.data.tokenizer != "bpe" else "data.vocab_size"}
+    check_memory(estimate_memory(work), memory_limit(backend, cfg.system.memory_limit_gb), names)

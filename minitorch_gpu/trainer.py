@@ -6,23 +6,9 @@ clipped, an AdamW step at the learning rate of the warm-up + cosine schedule, an
 gradients cleared. Every ``eval.interval`` iterations (and at the last) the mean loss of
 ``eval.iters`` batches of each split is measured and checkpoints are written.
 
-A run directory, ``checkpoint.dir/run_name/``, holds::
-
-    config.yaml      the fully resolved config of the run
-    tokenizer.json   the tokenizer (also inside every checkpoint)
-    metrics.jsonl    one JSON object per logged step ("train") and per evaluation ("eval")
-    last.ckpt        the latest state: model, optimizer, iteration, RNG and sampler states
-    best.ckpt        the state with the lowest validation loss so far
-    tensorboard/     with logging.tensorboard: metrics.jsonl's numbers as TensorBoard events
-
-One trainer at a time: ``fit`` locks the run directory (``.lock``, see ``run_lock.py``)
-before it checks or writes anything there and unlocks it when it returns (the kernel does
-when the process dies); a second trainer, ``--resume`` and ``--overwrite`` included,
-refuses, naming the first's PID. With the lock held, the temporary files of saves killed
-outright are removed.
-
-Checkpoint writes are atomic (see ``checkpoint.py``). A resumed run restores every random
-stream, so with the same seed it reproduces the loss curve of an uninterrupted run.
+The run directory (``run_directory.py``) is locked while ``fit`` runs. Checkpoint writes are
+atomic (``checkpoint.py``); a resumed run restores every random stream (``run_state.py``),
+so with the same seed it reproduces the loss curve of an uninterrupted run.
 
 A step reads nothing back from the device: reading a value from a GPU waits for every
 kernel queued before it, and the GPU then idles while Python queues the next step. Each
@@ -40,16 +26,9 @@ A single process runs the same code with the collectives doing nothing.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
 import math
-import os
-import signal
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -57,25 +36,28 @@ import numpy as np
 
 from . import backend as backend_module
 from . import distributed
-from .atomic import atomic_write, remove_leftover_temporaries
 from .amp import autocast
 from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
-from .checkpoint import (CheckpointError, load_checkpoint, read_checkpoint_meta,
-                         save_checkpoint)
+from .checkpoint import CheckpointError, save_checkpoint
 from .config import Config, ConfigError, config_to_yaml
 from .data import BatchSampler, describe_source, prepare
 from .distributed import rank_seed
+from .interrupt import StopOnInterrupt
 from .machine import matmul_peak_flops, set_num_threads
-from .memory import (MemoryLimitError, Workload, check_gpt_arrays, check_memory,
-                     estimate_memory, memory_limit)
-from .model_from_config import DTYPES, build_model, gpt_config, weight_dtype
+from .memory import MemoryLimitError
+from .model_from_config import build_model, check_training_memory, gpt_config, weight_dtype
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
-from .run_lock import RunDirectoryInUse, RunLock, lock_run_directory
-from .tensorboard_log import TENSORBOARD_HINT, TensorBoardLog, tensorboard_available
+# run_directory: importable from here, its home before the restructure (in __all__)
+from .run_directory import MetricsLog, RunDirectory, run_directory
+# TrainResult: importable from here, its home before the restructure (in __all__)
+from .run_state import (ResumeRefused, TrainResult, checkpoint_meta, load_optimizer_moments,
+                        load_resumable, resumed_progress)
+from .tensorboard_log import TENSORBOARD_HINT, tensorboard_available
 
 __all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "TrainingRefused",
            "run_directory"]
+
 
 class TrainingError(RuntimeError):
     """A run that cannot start or continue; the message says why and what to do."""
@@ -91,19 +73,6 @@ class TrainingRefused(TrainingError):
     without an abort, each rank on its own."""
 
 
-@dataclass
-class TrainResult:
-    run_dir: Path
-    iterations: int  # optimizer steps completed
-    status: str  # "finished" or "interrupted"
-    best_val_loss: float
-    last_checkpoint: Optional[Path]
-    best_checkpoint: Optional[Path]
-    train_loss: Optional[float]  # of the last evaluation
-    val_loss: Optional[float]
-    seconds: float
-
-
 # NumPy's warnings on the overflow, 0/0 and inf - inf of a diverging step are off in the
 # step and in evaluation: the loop checks every loss and gradient norm itself and stops with
 # one line naming the iteration (``_read_steps``, ``_diverged``), where NumPy would echo
@@ -117,19 +86,8 @@ def print_now(message: str) -> None:
     print(message, flush=True)
 
 
-def run_directory(cfg: Config) -> Path:
-    """``checkpoint.dir/run_name``, with ``~`` expanded (a shell leaves ``--set
-    checkpoint.dir=~/runs`` as it is)."""
-    return Path(cfg.checkpoint.dir).expanduser() / str(cfg.checkpoint.run_name or "run")
-
-
 def _silent(message: str) -> None:
     """The log of a rank other than 0: one rank speaks for the job."""
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    with atomic_write(path, "w") as f:
-        f.write(text)
 
 
 class Trainer:
@@ -149,38 +107,21 @@ class Trainer:
         self.log = log
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.overwrite = overwrite
-        self.run_dir = run_directory(cfg)
-        self.last_path = self.run_dir / "last.ckpt"
-        self.best_path = self.run_dir / "best.ckpt"
-        self.metrics_path = self.run_dir / "metrics.jsonl"
-        self._run_lock: Optional[RunLock] = None  # rank 0's, while fit runs
-        # rank 0's mirror of metrics.jsonl in TensorBoard, with logging.tensorboard (fit)
-        self.tensorboard: Optional[TensorBoardLog] = None
+        self.directory = RunDirectory(run_directory(cfg))  # rank 0 locks it while fit runs
+        self.run_dir, self.last_path, self.best_path = (
+            self.directory.path, self.directory.last, self.directory.best)
+        self.metrics = MetricsLog(self.directory.metrics)  # rank 0 writes it
 
     # --- set-up -------------------------------------------------------------------------
     def _check_memory(self, vocab_size: Optional[int]) -> None:
-        """TrainingError, one line, when the model, its optimizer and one micro-batch (or
-        evaluation batch) are estimated past the memory available (``memory.py``): Python
-        arithmetic, before anything is allocated. ``vocab_size`` None: before the data is
-        read, the vocabulary at its least (model.vocab_size, else model.pad_vocab_to)."""
-        if not self.memory_check:
-            return
-        cfg, m, t = self.cfg, self.cfg.model, self.cfg.train
-        vocab = vocab_size or m.vocab_size or m.pad_vocab_to
-        work = Workload("train", m.n_layer, m.n_head, m.n_embd, m.block_size, vocab,
-                        bias=m.bias, dropout=m.dropout, batch=t.batch_size,
-                        eval_batch=cfg.eval.batch_size, dtype=cfg.system.dtype,
-                        device=self.device, data_parallel=self.group.world_size > 1)
-        names = {"n_layer": "model.n_layer", "n_embd": "model.n_embd",
-                 "block_size": "model.block_size", "batch": "train.batch_size",
-                 "eval_batch": "eval.batch_size", "n_head": "model.n_head",
-                 "vocab_size": "model.vocab_size" if m.vocab_size is not None or
-                 cfg.data.tokenizer != "bpe" else "data.vocab_size"}
-        try:
-            check_memory(estimate_memory(work),
-                         memory_limit(self.backend, cfg.system.memory_limit_gb), names)
-        except (MemoryLimitError, ValueError) as exc:  # ValueError: a malformed variable
-            raise TrainingError(str(exc)) from None
+        """TrainingError, one line, when training is estimated past the memory available
+        (``check_training_memory``); nothing with --ignore-memory-check."""
+        if self.memory_check:
+            try:
+                check_training_memory(self.cfg, vocab_size, self.backend,
+                                      data_parallel=self.group.world_size > 1)
+            except (MemoryLimitError, ValueError) as exc:  # ValueError: a malformed variable
+                raise TrainingError(str(exc)) from None
 
     def _build(self) -> None:
         cfg = self.cfg
@@ -265,22 +206,12 @@ class Trainer:
                                           "sampler": self.sampler.state_dict()})
         if ranks is None:
             return None
-        return {
-            "iter_num": self.iter_num,
-            "evaluated_at": self.evaluated_at,
-            "best_val_loss": self.best_val_loss,
-            "model_config": dataclasses.asdict(self.model_config),
-            "dtype": self.cfg.system.dtype,
-            "config": self.cfg.to_dict(),
-            "tokenizer": self.tokenizer_json,
-            "rng": ranks[0]["rng"],
-            "sampler": ranks[0]["sampler"],
-            "world_size": self.group.world_size,
-            "other_ranks": ranks[1:],  # ranks 1.. of a data-parallel run: their rng and sampler
-            "data": {"directory": str(self.data.directory),
-                     "fingerprint": self.data.meta.get("source_fingerprint")},
-            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
+        return checkpoint_meta(
+            iter_num=self.iter_num, evaluated_at=self.evaluated_at,
+            best_val_loss=self.best_val_loss, model_config=self.model_config, cfg=self.cfg,
+            tokenizer_json=self.tokenizer_json, ranks=ranks,
+            data_directory=self.data.directory,
+            data_fingerprint=self.data.meta.get("source_fingerprint"))
 
     def _save(self, path: Path, meta: Optional[Dict[str, Any]]) -> None:
         """Write a checkpoint with ``meta`` from ``_meta()``; rank 0 alone writes."""
@@ -288,137 +219,29 @@ class Trainer:
             save_checkpoint(path, self.model.state_dict(), self.optimizer.state_dict(), meta)
 
     def _claim_run_dir(self) -> None:
-        """Rank 0 locks and checks the run directory; the others read it only after that.
-        A refusal goes to every rank, so all end together, none left waiting to be
-        aborted (under MPI, rank 0 alone holds the lock)."""
-        refusal = None
-        if self.group.is_main:
-            try:
-                self._prepare_run_dir()
-            except TrainingError as exc:
-                refusal = str(exc)
-        refusal = self.group.broadcast_object(refusal, "rank 0's check of the run directory")
+        """Rank 0 claims the run directory; a refusal is raised on every rank."""
+        refusal = self.directory.claim_on_rank_0(self.group, self.cfg.train.resume,
+                                                 self.overwrite, self.log)
         if refusal is not None:
             raise TrainingRefused(refusal)
 
-    def _prepare_run_dir(self) -> None:
-        """Lock the run directory, then check it (the lock first, so that two trainers
-        can't both pass the checks) and clear what killed saves left. The lock stays held
-        until fit returns; an old run's files go only once the new run is built (fit)."""
-        resume = self.cfg.train.resume
-        if resume and self.overwrite:
-            raise TrainingError("train.resume and --overwrite contradict each other: resume the "
-                                "run or start it over, not both")
-        if resume and not self.run_dir.is_dir():  # nothing to resume: nothing to make
-            raise TrainingError(f"train.resume: there is no checkpoint to resume at "
-                                f"{self.last_path} (start the run without --resume)")
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # a file in the way, no permission, a read-only disk
-            raise TrainingError(f"checkpoint.dir: cannot make the run directory "
-                                f"{self.run_dir}: {exc.strerror or exc}") from None
-        self._lock_run_dir()
-        if resume:
-            if not self.last_path.exists():
-                raise TrainingError(f"train.resume: there is no checkpoint to resume at "
-                                    f"{self.last_path} (start the run without --resume)")
-        elif self.last_path.exists() and not self.overwrite:
-            raise TrainingError(
-                f"{self.run_dir} already holds a run ({self.last_path.name}); continue it with "
-                f"--resume, start over with --overwrite, or name a new run with "
-                f"--set checkpoint.run_name=NAME")
-        if self._run_lock.held:  # else another trainer may be saving right now
-            files, size = remove_leftover_temporaries(self.run_dir)
-            if files:
-                self.log(f"removed {files} temporary file(s) of killed saves from "
-                         f"{self.run_dir} ({size:,} bytes)")
-
-    def _lock_run_dir(self) -> None:
-        try:
-            self._run_lock = lock_run_directory(self.run_dir)
-        except RunDirectoryInUse as exc:
-            raise TrainingError(f"{exc}; wait for it to end or stop it, or name a new run "
-                                f"with --set checkpoint.run_name=NAME") from None
-        except OSError as exc:  # no permission, a read-only disk
-            raise TrainingError(f"checkpoint.dir: cannot lock the run directory "
-                                f"{self.run_dir}: {exc.strerror or exc}") from None
-        if self._run_lock.warning:
-            self.log(f"warning: {self._run_lock.warning}; nothing stops another trainer "
-                     f"from writing {self.run_dir} at the same time")
-
-    def _unlock_run_dir(self) -> None:
-        if self._run_lock is not None:
-            self._run_lock.release()
-            self._run_lock = None
-
-    def _check_resumable(self, meta: Dict[str, Any], table: Dict[str, Any],
-                         file_size: int) -> None:
-        """load_checkpoint's check of last.ckpt, before any of its arrays is read: its
-        metadata's model is the config's (the model already built, and memory-checked, in
-        _build), and its arrays are that model's (names, shapes, dtypes, bytes)."""
-        saved = meta.get("model_config")
-        saved = saved if isinstance(saved, dict) else {}
-        wanted = dataclasses.asdict(self.model_config)
-        # dropout shapes no weight: a resumed run may change it, as nanoGPT's may
-        differ = [key for key in wanted if key != "dropout" and saved.get(key) != wanted[key]]
-        if differ:
-            held = ", ".join(f"{key} {saved.get(key)!r}" for key in differ)
-            asked = ", ".join(f"{key} {wanted[key]!r}" for key in differ)
-            raise TrainingError(f"train.resume: {self.last_path} holds a model with {held}; "
-                                f"the config asks for {asked}")
-        try:
-            check_gpt_arrays(self.model_config, DTYPES.get(meta.get("dtype")), table,
-                             file_size)
-        except ValueError as exc:
-            raise TrainingError(f"train.resume: {self.last_path}: the weights do not fit "
-                                f"the model it describes ({exc})") from None
-
     def _resume(self) -> None:
         try:
-            ckpt = load_checkpoint(self.last_path, check=self._check_resumable)
+            ckpt, ranks = load_resumable(self.last_path, self.model_config,
+                                         self.group.world_size, self.tokenizer,
+                                         self.data.directory)
         except CheckpointError as exc:
             raise TrainingError(f"train.resume: {exc}") from None
-        meta = ckpt.meta
-        saved_ranks = int(meta.get("world_size", 1))
-        if saved_ranks != self.group.world_size:
-            raise TrainingError(
-                f"train.resume: {self.last_path} was saved by a run of {saved_ranks} rank(s), "
-                f"and this one has {self.group.world_size}: it holds each rank's batch stream, "
-                f"so resume it on {saved_ranks} (mpiexec -n {saved_ranks} ...), or start a new "
-                f"run")
-        ranks = [{"rng": meta["rng"], "sampler": meta["sampler"]}, *meta.get("other_ranks", [])]
-        if len(ranks) != saved_ranks:
-            raise TrainingError(f"train.resume: {self.last_path} says it was saved by "
-                                f"{saved_ranks} ranks but holds the state of {len(ranks)}")
-        if not _same_tokenizer(meta.get("tokenizer"), self.tokenizer_json):
-            raise TrainingError(
-                f"train.resume: {self.last_path} was trained with another tokenizer than the "
-                f"data gives now ({self.tokenizer.kind}, vocab {self.tokenizer.vocab_size:,}, "
-                f"from {self.data.directory}): the data or its settings changed since; resume "
-                f"with the data it was trained on, or start a new run")
+        except ResumeRefused as exc:
+            raise TrainingError(str(exc)) from None
         self.model.load_state_dict(ckpt.model)
-        # the optimizer's moments come from the checkpoint, its settings from the config
-        # (load_state_dict brings back the saved betas, eps and weight decay, as PyTorch's
-        # does: a resumed run's --set train.weight_decay would be ignored, and its
-        # config.yaml would say otherwise)
-        settings = [{key: value for key, value in group.items() if key != "params"}
-                    for group in self.optimizer.param_groups]
-        self.optimizer.load_state_dict(ckpt.optimizer)
-        for group, setting in zip(self.optimizer.param_groups, settings):
-            group.update(setting)
-        self.iter_num = int(meta["iter_num"])
-        self.evaluated_at = int(meta.get("evaluated_at", -1))
-        self.best_val_loss = float(meta["best_val_loss"])
-        if self.best_path.exists():  # a best.ckpt newer than last.ckpt (always_save: false)
-            try:
-                best = float(read_checkpoint_meta(self.best_path)["best_val_loss"])
-            except (CheckpointError, KeyError, TypeError, ValueError):
-                best = math.inf  # unreadable: the next better evaluation replaces it
-            self.best_val_loss = min(self.best_val_loss, best)
+        load_optimizer_moments(self.optimizer, ckpt.optimizer)
+        self.iter_num, self.evaluated_at, self.best_val_loss = resumed_progress(ckpt.meta,
+                                                                                self.best_path)
         backend_module.set_rng_state(ranks[self.group.rank]["rng"])
         self.sampler.load_state_dict(ranks[self.group.rank]["sampler"])
         if self.group.is_main:
-            self._drop_metrics_after(self.iter_num)
+            self.metrics.drop_after(self.iter_num)
         self.log(f"resumed {self.last_path} at iteration {self.iter_num} "
                  f"(best val loss {self.best_val_loss:.4f})")
 
@@ -448,29 +271,9 @@ class Trainer:
         self.model.train()
         return {"train": train_total / iters, "val": val_total / iters}
 
-    def _drop_metrics_after(self, iter_num: int) -> None:
-        """Forget logged steps the checkpoint does not include (a run that went on past
-        its last save), so a resumed run's metrics.jsonl has each iteration once."""
-        if not self.metrics_path.exists():
-            return
-        kept = []
-        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a crash
-            if isinstance(record, dict) and record.get("iter", 0) <= iter_num \
-                    and record.get("type") != "error":
-                kept.append(line)
-        _write_text_atomic(self.metrics_path, "".join(line + "\n" for line in kept))
-
     def _write_metrics(self, record: Dict[str, Any]) -> None:
-        if not self.group.is_main:
-            return
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.tensorboard is not None:  # logging.tensorboard: the same record, as events
-            self.tensorboard.write(record)
+        if self.group.is_main:
+            self.metrics.write(record)
 
     # --- the loop -----------------------------------------------------------------------
     def fit(self) -> TrainResult:
@@ -484,11 +287,9 @@ class Trainer:
             return self._fit()
         finally:
             try:
-                if self.tensorboard is not None:  # opened, whatever failed after it
-                    self.tensorboard, writer = None, self.tensorboard
-                    writer.close()
+                self.metrics.close()  # its TensorBoard mirror, whatever failed after it opened
             finally:
-                self._unlock_run_dir()
+                self.directory.release()
 
     def _fit(self) -> TrainResult:
         cfg, t = self.cfg, self.cfg.train
@@ -497,9 +298,7 @@ class Trainer:
         self._build()
         group = self.group  # the ranks (optimizer groups are param_groups)
         if group.is_main and not t.resume:  # a new run: no file of an old one stays
-            for stale in (self.last_path, self.best_path, self.metrics_path):
-                if stale.exists():
-                    stale.unlink()
+            self.directory.start_afresh()
         self.iter_num, self.evaluated_at, self.best_val_loss = 0, -1, math.inf
         if t.resume:
             self._resume()
@@ -507,12 +306,12 @@ class Trainer:
         # file; starting from rank 0's makes sure of it
         group.broadcast_parameters(self.model.parameters())
         if group.is_main:
-            _write_text_atomic(self.run_dir / "config.yaml", config_to_yaml(cfg))
-            _write_text_atomic(self.run_dir / "tokenizer.json", self.tokenizer_json)
+            self.directory.write_text("config.yaml", config_to_yaml(cfg))
+            self.directory.write_text("tokenizer.json", self.tokenizer_json)
             if cfg.logging.tensorboard:
                 try:
-                    self.tensorboard = TensorBoardLog(self.run_dir / "tensorboard",
-                                                      self.iter_num if t.resume else None)
+                    self.metrics.open_tensorboard(self.run_dir / "tensorboard",
+                                                  self.iter_num if t.resume else None)
                 except RuntimeError as exc:  # installed, yet it does not import
                     raise TrainingError(str(exc)) from None
         self.log(f"model: GPT with {self.model.num_params():,} parameters (n_layer "
@@ -528,7 +327,7 @@ class Trainer:
         bar = tqdm(total=t.max_iters, initial=self.iter_num, disable=not self.progress,
                    dynamic_ncols=True, file=sys.stderr, unit="it")
         say = bar.write if self.progress else self.log
-        stop = _StopOnInterrupt(quiet=not group.is_main)
+        stop = StopOnInterrupt(quiet=not group.is_main)
         started = time.perf_counter()
         last = {"train": None, "val": None}
         status = "finished"
@@ -697,43 +496,3 @@ class Trainer:
         else:
             say(f"iter {self.iter_num}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1e3:.1f} ms/iter, "
                 f"{tokens_per_s:,.0f} tok/s, mfu {100 * mfu:.1f}%")
-
-
-def _same_tokenizer(saved_json: Any, current_json: str) -> bool:
-    """Whether two tokenizers' JSON describe the same tokenizer (as data, not as text)."""
-    try:
-        return json.loads(saved_json) == json.loads(current_json)
-    except (TypeError, ValueError):
-        return False
-
-
-class _StopOnInterrupt:
-    """The first Ctrl-C (SIGINT) asks the loop to stop after the current step, so the state
-    it saves is whole; a second one raises KeyboardInterrupt as usual. Installed only in
-    the main thread (signal handlers can be set nowhere else). ``quiet``: say nothing (the
-    ranks other than 0, which mpiexec passes the same Ctrl-C to)."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.requested = False
-        self.quiet = quiet
-        self.previous = None
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            self.restore()
-            raise KeyboardInterrupt
-        self.requested = True
-        if self.quiet:
-            return
-        # os.write, not print: a handler that prints while the loop is printing makes
-        # Python raise "reentrant call"; a raw write to the file descriptor cannot
-        with contextlib.suppress(OSError, ValueError):
-            os.write(sys.stderr.fileno(),
-                     b"\nCtrl-C: saving after this step (press again to quit without saving)\n")
-
-    def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-            self.previous = None
