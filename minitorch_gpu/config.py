@@ -26,7 +26,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
@@ -41,33 +41,20 @@ class ConfigError(ValueError):
     """A config that cannot be used: the message names the key, the expected and the actual."""
 
 
-def _with_defaults(**defaults: Any) -> Callable[[type], type]:
-    """``@dataclass`` for a subclass whose inherited fields ``defaults`` names take other
-    defaults: each field stays declared, with its comment, in the base class alone."""
-    def decorate(cls: type) -> type:
-        inherited = {f.name: f.type for f in dataclasses.fields(cls)}  # the base's
-        annotations = dict(cls.__dict__.get("__annotations__", {}))
-        for name, value in defaults.items():
-            annotations[name] = inherited[name]
-            setattr(cls, name, value)
-        cls.__annotations__ = annotations
-        return dataclass(cls)
-    return decorate
-
-
-# a small GPT that trains in minutes on a CPU: what a config leaves out (GPTConfig's own
-# defaults are GPT-2 small's)
-@_with_defaults(block_size=64, n_layer=4, n_head=4, n_embd=128)
+@dataclass
 class ModelConfig(GPTConfig):
-    """The GPT's shape: GPTConfig's fields (declared and commented in nn/gpt.py), the
-    vocabulary left to the tokenizer by default. ``gpt_config`` (model_from_config.py)
-    makes the GPTConfig; the checks are ``validate``'s, naming each key as YAML spells it."""
+    """The GPT's shape: GPTConfig's fields (commented in nn/gpt.py), with the defaults of a
+    small GPT that trains in minutes on a CPU, and the vocabulary left to the tokenizer."""
 
+    block_size: int = 64  # these four: GPTConfig's fields, only their defaults differ
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
     vocab_size: Optional[int] = None  # null: the tokenizer's vocabulary, padded to pad_vocab_to
     pad_vocab_to: int = 1  # round the vocabulary up to a multiple of this (64 for fast GEMMs)
 
     def __post_init__(self) -> None:
-        """Nothing: a section is checked whole, by ``validate``, once it is built."""
+        """Not GPTConfig's checks: ``validate``'s, naming each key as YAML spells it."""
 
 
 @dataclass
