@@ -383,11 +383,11 @@ def test_the_memory_check_of_a_checkpoint_runs_before_its_arrays_are_read(tmp_pa
                                                                         monkeypatch):
     tiny_gpt_checkpoint(tmp_path / "ok.ckpt")
     read = []
-    import minitorch_gpu.checkpoint as checkpoint_module
-    real = checkpoint_module._read_array
-    monkeypatch.setattr(checkpoint_module, "_read_array",
-                        lambda archive, entry, size: read.append(entry["file"]) or
-                        real(archive, entry, size))
+    import minitorch_gpu.checkpoint.load as checkpoint_load
+    real = checkpoint_load.read_tensor
+    monkeypatch.setattr(checkpoint_load, "read_tensor",
+                        lambda file, header, name: read.append(name) or
+                        real(file, header, name))
 
     def refuse(config, meta):
         assert config.n_layer == 1 and meta["dtype"] == "float32" and not read

@@ -310,9 +310,9 @@ def test_a_nan_loss_stops_training_and_leaves_the_last_good_checkpoint(workdir):
 def test_a_crash_while_saving_leaves_the_previous_checkpoint_loadable(workdir, monkeypatch):
     """The saves at iteration 4 go through; at iteration 8 the writer dies after three
     arrays, mid-file: last.ckpt must still be iteration 4's, whole."""
-    import minitorch_gpu.checkpoint as checkpoint_module
+    import minitorch_gpu.checkpoint.safetensors_file as checkpoint_file
     import minitorch_gpu.trainer as trainer_module
-    real_save, real_write = trainer_module.save_checkpoint, np.lib.format.write_array
+    real_save, real_write = trainer_module.save_checkpoint, checkpoint_file._write_tensor
     written = {"n": 0}
 
     def dying_write(*args, **kwargs):
@@ -323,7 +323,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_loadable(workdir, m
 
     def save(path, model_state, optimizer_state=None, meta=None):
         if meta["iter_num"] == 8:
-            monkeypatch.setattr(checkpoint_module.np.lib.format, "write_array", dying_write)
+            monkeypatch.setattr(checkpoint_file, "_write_tensor", dying_write)
         return real_save(path, model_state, optimizer_state, meta)
 
     monkeypatch.setattr(trainer_module, "save_checkpoint", save)
@@ -331,7 +331,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_loadable(workdir, m
     with pytest.raises(OSError, match="disk on fire"):
         Trainer(load_config(config), log=quiet, progress=False).fit()
     assert written["n"] == 4  # it really died inside the write
-    monkeypatch.setattr(checkpoint_module.np.lib.format, "write_array", real_write)
+    monkeypatch.setattr(checkpoint_file, "_write_tensor", real_write)
     run_dir = workdir / "ckpts" / "tiny"
     for name in ("last.ckpt", "best.ckpt"):
         assert load_checkpoint(run_dir / name).meta["iter_num"] == 4
