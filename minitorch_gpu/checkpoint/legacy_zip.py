@@ -20,6 +20,7 @@ import numpy as np
 
 from .errors import CheckpointError
 from .layout import FORMAT
+from .safetensors_file import TruncatedError
 from .tree import decode_tree
 
 __all__ = ["ZIP_SIGNATURE", "read_legacy"]
@@ -33,9 +34,13 @@ def read_legacy(file: BinaryIO, size: int, name: str, *, meta_only: bool = False
                 ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray], Optional[Dict[str, Any]]]:
     """``(meta, model, optimizer)`` of the ZIP checkpoint ``file`` (``size`` bytes; ``name``
     for errors). ``check(meta, table, size)`` runs on the model index before any array is
-    read. CheckpointError for a foreign ZIP archive; ValueError, zipfile's and numpy's
-    errors for a damaged one."""
-    with zipfile.ZipFile(file) as archive:
+    read. CheckpointError for a foreign ZIP archive, TruncatedError for an incomplete one;
+    ValueError, zipfile's and numpy's errors for a damaged one."""
+    try:
+        archive = zipfile.ZipFile(file)
+    except zipfile.BadZipFile:
+        raise TruncatedError("it is not a complete ZIP archive") from None
+    with archive:
         version = _check_format(archive, name)
         total = sum(info.file_size for info in archive.infolist())
         if total > size:  # a compressed member could expand without limit

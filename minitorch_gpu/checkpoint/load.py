@@ -205,7 +205,7 @@ def _read_checkpoint(path: Path, read: Callable[[BinaryIO, int, str], T]) -> T:
             raise CheckpointError(f"{name!r} is not a minitorch-gpu checkpoint: it is neither "
                                   f"a safetensors file nor a ZIP archive ({one_line(exc)})"
                                   ) from None
-        except (TruncatedError, zipfile.BadZipFile) as exc:
+        except TruncatedError as exc:
             raise CheckpointError(f"checkpoint file {name!r} is truncated or corrupt: "
                                   f"{one_line(exc)} (was its write interrupted?)") from None
         except _READ_ERRORS as exc:
