@@ -46,7 +46,7 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
     """(model in eval mode on ``device``, tokenizer, checkpoint metadata). Raises
     CheckpointError (one line) for a missing, truncated or foreign file, and for one whose
     arrays are not the GPT its metadata describes (names, shapes, dtypes, bytes against
-    the file's size): checked from the .npy headers before any array is read or any model
+    the file's size): checked from the file's header before any array is read or any model
     built, so a metadata claiming 10^9 layers costs nothing.
 
     ``check_memory(model_config, meta)``, when given, runs after that check and before

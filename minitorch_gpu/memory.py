@@ -155,7 +155,7 @@ def gpt_parameter_count(config: Any) -> int:
 def check_gpt_arrays(config: Any, dtype: Any, table: Mapping[str, Tuple[Any, Tuple[int, ...]]],
                      file_size: int) -> None:
     """ValueError (one line) unless ``table`` (state-dict key -> (dtype, shape), as a
-    checkpoint's .npy headers declare them) is the state dict of a GPT of ``config``:
+    checkpoint's header declares them) is the state dict of a GPT of ``config``:
     the same keys and shapes, every dtype ``dtype`` (any floating dtype when None), and
     the weights' bytes within ``file_size``. Costs O(len(table)) whatever ``config``
     claims: a metadata of 10^9 layers is refused by arithmetic."""

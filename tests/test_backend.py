@@ -436,7 +436,7 @@ def test_cupy_rng_state_round_trip_against_a_stand_in_for_cupy(monkeypatch, tmp_
     if not opaque:  # the stand-in's 32 threads of 48 bytes, as bytes rather than text
         assert taken["encoding"] == "array" and taken["nbytes"] == 32 * 48
         assert taken["data"].dtype == np.uint8 and taken["data"].shape == (32 * 48,)
-    # as another process finds it: in a checkpoint, the bytes a .npy member of it
+    # as another process finds it: in a checkpoint, the bytes a tensor of it
     path = save_checkpoint(tmp_path / "rng.ckpt", {}, meta={"rng": taken})
     state = read_checkpoint_meta(path)["rng"]
     assert state["mode"] == ("reseed" if opaque else "exact")

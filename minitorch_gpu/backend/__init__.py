@@ -79,7 +79,7 @@ def get_rng_state() -> dict:
     {"cpu": {...}, "cuda:0": {...}}}``: one entry per backend made so far (see each
     backend's ``get_rng_state`` for what its entry guarantees). The CPU's entry is plain
     JSON; a GPU's holds its generator's bytes as a uint8 array (13 MB on an H100). Store
-    it in a checkpoint's metadata (``save_checkpoint`` writes each array as a .npy member)
+    it in a checkpoint's metadata (``save_checkpoint`` stores each array as a tensor)
     and hand it to ``set_rng_state`` when resuming.
 
     >>> state = get_rng_state(); a = mt.randn(3)

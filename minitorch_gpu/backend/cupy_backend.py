@@ -330,7 +330,7 @@ class CupyBackend(Backend):
         - ``"exact"`` (CuPy 14 and the versions that keep ``XORWOW._state``): the bytes
           of every per-thread cuRAND state as a uint8 array in ``"data"`` (``"encoding":
           "array"``): 96 KiB per SM with CuPy's default thread count, 13 MB on an H100,
-          which ``save_checkpoint`` stores as a .npy member of its own (as base64 inside
+          which ``save_checkpoint`` stores as a tensor of its own (as base64 inside
           JSON, as versions before this one wrote it, it was 17 MB of text). Taking it is
           one copy to the host, which waits for the queued work. Restoring it continues
           the stream exactly, and taking it changes nothing.
