@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
-from .tree import array_of, is_array
+from .tree import array_of, array_paths, is_array
 
 __all__ = ["FORMAT", "VERSION", "Layout", "TreePart", "array_names", "layout_metadata",
            "model_tensors", "parse_layout", "read_version"]
@@ -73,38 +73,14 @@ def model_tensors(model_state: Mapping[str, Any]) -> Tuple[Dict[str, str], List[
 def array_names(tree: Any, count: int, part: str) -> List[str]:
     """Tensor names for the ``count`` arrays of an encoded ``tree``: ``part.<path>`` by the
     first place each appears, ``part#<i>`` when that name is already taken."""
-    paths: Dict[int, str] = {}
-    _find_arrays(tree, part, paths)
-    paths_taken: set = set()
+    paths = array_paths(tree)
+    taken: Set[str] = set()
     names: List[str] = []
     for i in range(count):
-        name = paths.get(i)
-        names.append(f"{part}#{i}" if name is None or name in paths_taken else name)
-        paths_taken.add(names[-1])
+        name = ".".join((part, *paths[i])) if i in paths else None
+        names.append(f"{part}#{i}" if name is None or name in taken else name)
+        taken.add(names[-1])
     return names
-
-
-def _find_arrays(node: Any, path: str, found: Dict[int, str]) -> None:
-    """Record in ``found`` the first path of each ``{"__array__": i}`` under ``node``."""
-    if isinstance(node, list):
-        for i, item in enumerate(node):
-            _find_arrays(item, f"{path}.{i}", found)
-    elif isinstance(node, dict):
-        if set(node) == {"__array__"}:
-            found.setdefault(node["__array__"], path)
-        elif set(node) in ({"__tuple__"}, {"__dict__"}) and isinstance(
-                next(iter(node.values())), list):
-            body = next(iter(node.values()))
-            for i, item in enumerate(body):
-                if "__dict__" in node:  # [key, value]: the key's JSON names the place
-                    key = item[0]
-                    name = key if isinstance(key, (str, int)) else json.dumps(key)
-                    _find_arrays(item[1], f"{path}.{name}", found)
-                else:
-                    _find_arrays(item, f"{path}.{i}", found)
-        else:
-            for key, item in node.items():
-                _find_arrays(item, f"{path}.{key}", found)
 
 
 def layout_metadata(meta: TreePart, model_keys: List[str], tied: Dict[str, str],

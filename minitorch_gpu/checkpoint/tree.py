@@ -8,6 +8,7 @@ metadata).
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
@@ -16,8 +17,8 @@ import numpy as np
 from ..backend import backend_of_array
 from ..tensor import Tensor
 
-__all__ = ["array_of", "decode_tree", "encode_keeping_arrays", "encode_tree", "is_array",
-           "to_host"]
+__all__ = ["array_of", "array_paths", "decode_tree", "encode_keeping_arrays", "encode_tree",
+           "is_array", "to_host"]
 
 # tags of the tree encoding: a JSON object with exactly one of these keys is not a dict
 _ARRAY, _TUPLE, _DICT, _FLOAT = "__array__", "__tuple__", "__dict__", "__float__"
@@ -53,6 +54,33 @@ def decode_tree(tree: Any, arrays: Sequence[Any] = ()) -> Any:
     """The value ``encode_tree`` encoded as ``tree``, with ``{"__array__": i}`` as
     ``arrays[i]``. Raises ValueError naming the place where ``tree`` is malformed."""
     return _decode(tree, arrays, "tree")
+
+
+def array_paths(tree: Any) -> Dict[int, Tuple[str, ...]]:
+    """Where each array of an encoded ``tree`` first appears (depth first, in order): its
+    index -> the dict keys and list positions leading to it (a non-str key as its JSON).
+
+    >>> array_paths(encode_tree({"state": {0: {"exp_avg": np.zeros(2)}}})[0])
+    {0: ('state', '0', 'exp_avg')}
+    """
+    found: Dict[int, Tuple[str, ...]] = {}
+    pending = [(tree, ())]  # a stack: children pushed in reverse, so popped in order
+    while pending:
+        node, path = pending.pop()
+        children: List[Tuple[Any, Tuple[str, ...]]] = []
+        if isinstance(node, list):
+            children = [(item, (*path, str(i))) for i, item in enumerate(node)]
+        elif isinstance(node, dict) and set(node) == {_ARRAY}:
+            found.setdefault(node[_ARRAY], path)
+        elif isinstance(node, dict) and set(node) == {_TUPLE}:
+            children = [(item, (*path, str(i))) for i, item in enumerate(node[_TUPLE])]
+        elif isinstance(node, dict) and set(node) == {_DICT}:
+            children = [(item, (*path, key if isinstance(key, str) else json.dumps(key)))
+                        for key, item in node[_DICT]]
+        elif isinstance(node, dict):
+            children = [(item, (*path, key)) for key, item in node.items()]
+        pending.extend(reversed(children))
+    return found
 
 
 def is_array(value: Any) -> bool:
