@@ -102,8 +102,9 @@ def write_safetensors(file: BinaryIO, tensors: Sequence[Tuple[str, Any]],
     """Write ``tensors`` ((name, array) pairs, each array brought to the host by ``to_host``
     one at a time as it is written) and ``metadata`` to ``file`` (seekable, at its start).
 
-    Checks the names and dtypes first (TypeError, ValueError). The data is laid out by
-    itemsize, largest first, so each tensor starts on a multiple of its own."""
+    Checks the names, dtypes and the header's size first (TypeError, ValueError: nothing is
+    written then). The data is laid out by itemsize, largest first, so each tensor starts
+    on a multiple of its own."""
     entries: Dict[str, Dict[str, Any]] = {}
     for name, array in tensors:
         if not isinstance(name, str) or not name or name == "__metadata__" or name in entries:
@@ -125,6 +126,10 @@ def write_safetensors(file: BinaryIO, tensors: Sequence[Tuple[str, Any]],
                             f"{type(key).__name__} -> {type(value).__name__}")
     crcs = {name: 0 for name in entries}
     placeholder = _header_bytes(entries, metadata, crcs)  # as long as the final header
+    if len(placeholder) - 8 > MAX_HEADER:
+        raise ValueError(f"write_safetensors: the header would be {len(placeholder) - 8:,} "
+                         f"bytes, over the format's limit of {MAX_HEADER:,}; store large "
+                         "data as arrays rather than as metadata")
     file.write(placeholder)
     for i in order:
         name, array = tensors[i]
