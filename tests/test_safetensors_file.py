@@ -43,6 +43,7 @@ def test_write_then_read_round_trips_every_dtype(tmp_path):
     ([("__metadata__", np.zeros(1))], {}, ValueError, "'__metadata__'"),
     ([("c", np.zeros(1, np.complex128))], {}, TypeError, "complex128, which can't be saved"),
     ([("a", np.zeros(1))], {"n": 1}, TypeError, "metadata 'n': expected str -> str"),
+    ([], {"crc32": "0"}, TypeError, "metadata 'crc32'.*a name this writer fills in"),
     ([], {"big": "x" * 100_000_000}, ValueError, "over the format's limit of 100,000,000"),
 ])
 def test_write_refuses_what_the_format_cannot_hold(tensors, metadata, error, match):

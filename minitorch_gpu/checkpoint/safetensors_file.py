@@ -51,6 +51,7 @@ MAX_HEADER = 100_000_000  # bytes: the safetensors library's own limit on a head
 _CHUNK = 16 << 20  # bytes written or read at a time
 _ALIGN = 8  # the header is padded with spaces so that the data starts on a multiple of it
 _CRC_WIDTH = 8  # hex digits of a CRC: fixed, so the header's length is known before the data
+_RESERVED = frozenset({"crc32", "header_crc32"})  # metadata entries the writer fills in
 
 
 class NotSafetensorsError(ValueError):
@@ -112,18 +113,19 @@ def write_safetensors(file: BinaryIO, tensors: Sequence[Tuple[str, Any]],
                              "non-empty str other than '__metadata__'")
         dtype = dtype_name(array.dtype, f"tensor {name!r}")
         entries[name] = {"dtype": dtype, "shape": [int(n) for n in array.shape]}
-    order = sorted(range(len(tensors)), key=lambda i: -DTYPES[entries[tensors[i][0]]["dtype"]]
-                   .itemsize)
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str) or key in _RESERVED:
+            raise TypeError(f"write_safetensors: metadata {key!r}: expected str -> str, got "
+                            f"{type(key).__name__} -> {type(value).__name__}" +
+                            (" (a name this writer fills in)" if key in _RESERVED else ""))
+    arrays = dict(tensors)
+    order = sorted(entries, key=lambda name: -DTYPES[entries[name]["dtype"]].itemsize)
     offset = 0
-    for i in order:
-        entry = entries[tensors[i][0]]
+    for name in order:
+        entry = entries[name]
         end = offset + math.prod(entry["shape"]) * DTYPES[entry["dtype"]].itemsize
         entry["data_offsets"] = [offset, end]
         offset = end
-    for key, value in metadata.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"write_safetensors: metadata {key!r}: expected str -> str, got "
-                            f"{type(key).__name__} -> {type(value).__name__}")
     crcs = {name: 0 for name in entries}
     placeholder = _header_bytes(entries, metadata, crcs)  # as long as the final header
     if len(placeholder) - 8 > MAX_HEADER:
@@ -131,9 +133,8 @@ def write_safetensors(file: BinaryIO, tensors: Sequence[Tuple[str, Any]],
                          f"bytes, over the format's limit of {MAX_HEADER:,}; store large "
                          "data as arrays rather than as metadata")
     file.write(placeholder)
-    for i in order:
-        name, array = tensors[i]
-        crcs[name] = _write_tensor(file, to_host(array), entries[name]["dtype"])
+    for name in order:
+        crcs[name] = _write_tensor(file, to_host(arrays[name]), entries[name]["dtype"])
     header = _header_bytes(entries, metadata, crcs)
     if len(header) != len(placeholder):  # fixed-width CRCs: cannot happen
         raise RuntimeError("write_safetensors: the header changed length after the data")
