@@ -7,7 +7,7 @@ gradients cleared. Every ``eval.interval`` iterations (and at the last) the mean
 ``eval.iters`` batches of each split is measured and checkpoints are written.
 
 The run directory (``run_directory.py``) is locked while ``fit`` runs. Checkpoint writes are
-atomic (``checkpoint.py``); a resumed run restores every random stream (``run_state.py``),
+atomic (``checkpoint/``); a resumed run restores every random stream (``run_state.py``),
 so with the same seed it reproduces the loss curve of an uninterrupted run.
 
 A step reads nothing back from the device: reading a value from a GPU waits for every
