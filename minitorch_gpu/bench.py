@@ -102,14 +102,10 @@ def _build(side: str, shape: Dict[str, int]):
         return ours, optimizer, [(mt.tensor(x), mt.tensor(y)) for x, y in data], flops
     import torch
 
-    from minitorch_gpu.torch_reference import TorchGPT
+    from minitorch_gpu.torch_reference import TorchGPT, torch_adamw
     model = TorchGPT.from_ours(ours)
     del ours
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
-         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=LR, betas=BETAS)
+    optimizer = torch_adamw(model, WEIGHT_DECAY, LR, BETAS)
     return model, optimizer, [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data], flops
 
 

@@ -1,11 +1,12 @@
 """GPT-2 in PyTorch eager, with nanoGPT's parameter names: the development-only reference
 this project is checked and timed against (``tests/test_against_torch.py``,
-``scripts/reference_train_torch.py``). PyTorch is never a dependency: import this module
+``scripts/reference_train_torch.py``, ``minitorch-gpu bench --vs-torch``). PyTorch is never a dependency: import this module
 only where torch is installed.
 
     reference = TorchGPT.from_ours(model)      # the same shape and weights, key by key
     logits, loss = reference(to_torch(idx), to_torch(targets))
     tokens = reference.generate(to_torch(prompt), 200, window_shift=32)   # with a KV cache
+    optimizer = torch_adamw(reference, 0.1, 1e-3, (0.9, 0.99))  # our GPT's AdamW groups
 
 Attention is written as explicit matrix products (scores, causal mask, softmax, weighted
 sum), the same arithmetic as this project's unfused attention.
@@ -13,7 +14,7 @@ sum), the same arithmetic as this project's unfused attention.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -23,12 +24,23 @@ from torch.nn import functional as tF
 from .nn import GPT, GPTConfig
 from .tensor import Tensor
 
-__all__ = ["TorchBlock", "TorchGPT", "TorchKVCache", "to_torch"]
+__all__ = ["TorchBlock", "TorchGPT", "TorchKVCache", "to_torch", "torch_adamw"]
 
 
 def to_torch(t: Tensor) -> torch.Tensor:
     """A CPU Tensor's values as a torch tensor (a copy when the array is not contiguous)."""
     return torch.from_numpy(np.ascontiguousarray(t.detach().numpy()))
+
+
+def torch_adamw(model: tnn.Module, weight_decay: float, lr: float,
+                betas: Tuple[float, float], eps: float = 1e-8) -> torch.optim.AdamW:
+    """``torch.optim.AdamW`` with the groups of our ``GPT.configure_optimizers``: decay on
+    the 2-D weights (matmuls and embeddings), none on biases and norms."""
+    params = [p for p in model.parameters() if p.requires_grad]  # a tied weight once
+    return torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=lr, betas=betas, eps=eps)
 
 
 class TorchBlock(tnn.Module):

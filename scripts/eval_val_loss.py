@@ -11,11 +11,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 import minitorch_gpu as mt
 from minitorch_gpu.config import config_from_dict
-from minitorch_gpu.data import prepare
+from minitorch_gpu.data import consecutive_windows, prepare
 from minitorch_gpu.inference import load_for_inference
 
 
@@ -30,9 +28,8 @@ def main() -> None:
     cfg = config_from_dict(meta["config"])
     tokens = prepare(cfg.data, log=lambda _: None).val_tokens()
     T = model.config.block_size
-    n = (len(tokens) - 1) // T  # whole windows
-    inputs = np.asarray(tokens[:n * T], dtype=np.int64).reshape(n, T)
-    targets = np.asarray(tokens[1:n * T + 1], dtype=np.int64).reshape(n, T)
+    inputs, targets = consecutive_windows(tokens, T)  # (n, T) each
+    n = len(inputs)
     start = time.perf_counter()
     total = 0.0
     with mt.no_grad():

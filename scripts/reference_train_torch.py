@@ -17,16 +17,15 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
 import torch
 
 import minitorch_gpu as mt
 from minitorch_gpu.config import load_config
-from minitorch_gpu.data import BatchSampler, prepare
+from minitorch_gpu.data import BatchSampler, consecutive_windows, prepare
 from minitorch_gpu.nn import GPT
 from minitorch_gpu.optim import cosine_lr
-from minitorch_gpu.torch_reference import TorchGPT, to_torch
 from minitorch_gpu.model_from_config import gpt_config
+from minitorch_gpu.torch_reference import TorchGPT, to_torch, torch_adamw
 
 
 def main() -> None:
@@ -42,11 +41,7 @@ def main() -> None:
     mt.manual_seed(cfg.system.seed)
     ours = GPT(gpt_config(m, data.tokenizer.vocab_size))  # the trainer's initial weights
     model = TorchGPT.from_ours(ours)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps)
+    optimizer = torch_adamw(model, t.weight_decay, t.lr, (t.beta1, t.beta2), t.eps)
     sampler = BatchSampler(data.train_tokens(), m.block_size, t.batch_size, cfg.system.seed)
     decay_iters = t.max_iters if t.lr_decay_iters is None else t.lr_decay_iters
     start = time.perf_counter()
@@ -64,11 +59,9 @@ def main() -> None:
         if (it + 1) % 250 == 0:
             print(f"torch iter {it + 1}: loss {loss.item():.4f} "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
-    tokens = data.val_tokens()
     T = m.block_size
-    n = (len(tokens) - 1) // T
-    inputs = torch.from_numpy(np.asarray(tokens[:n * T], dtype=np.int64).reshape(n, T))
-    targets = torch.from_numpy(np.asarray(tokens[1:n * T + 1], dtype=np.int64).reshape(n, T))
+    inputs, targets = (torch.from_numpy(a) for a in consecutive_windows(data.val_tokens(), T))
+    n = len(inputs)
     with torch.no_grad():
         total = sum(model(inputs[i:i + 64], targets[i:i + 64])[1].item()
                     * len(inputs[i:i + 64])

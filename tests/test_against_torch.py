@@ -16,7 +16,7 @@ import minitorch_gpu as mt
 import minitorch_gpu.nn as nn
 
 torch = pytest.importorskip("torch")
-from minitorch_gpu.torch_reference import TorchGPT  # noqa: E402  (needs torch)
+from minitorch_gpu.torch_reference import TorchGPT, torch_adamw  # noqa: E402  (needs torch)
 
 
 @pytest.fixture
@@ -49,11 +49,7 @@ def test_three_adamw_steps_match_pytorch(pair):
     ours, theirs, idx, targets = pair
     opt = ours.configure_optimizers(weight_decay=0.1, learning_rate=1e-2, betas=(0.9, 0.95))
     t_params = dict(theirs.named_parameters())
-    t_opt = torch.optim.AdamW(
-        [{"params": [t_params[n] for n, p in ours.named_parameters() if p.ndim >= 2],
-          "weight_decay": 0.1},
-         {"params": [t_params[n] for n, p in ours.named_parameters() if p.ndim < 2],
-          "weight_decay": 0.0}], lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    t_opt = torch_adamw(theirs, weight_decay=0.1, lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
     for _ in range(3):
         opt.zero_grad()
         ours(mt.tensor(idx), mt.tensor(targets))[1].backward()

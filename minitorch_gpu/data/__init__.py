@@ -11,8 +11,9 @@ from .tokenizer import (BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer,
                         tokenizer_from_json)
 from .prepare import PreparedData, prepare, prepared_dir, token_dtype
 from .sampler import BatchSampler
+from .windows import consecutive_windows
 
 __all__ = ["cache_root", "describe_source", "load_text", "source_fingerprint", "Tokenizer",
            "CharTokenizer", "BPETokenizer", "tokenizer_from_json", "load_tokenizer",
            "build_tokenizer", "PreparedData", "prepare", "prepared_dir", "token_dtype",
-           "BatchSampler"]
+           "BatchSampler", "consecutive_windows"]
