@@ -1,0 +1,77 @@
+"""``minitorch-gpu bench``: the training step's and generation's speed (``..bench``)."""
+from __future__ import annotations
+
+import argparse
+
+from .errors import error
+from .memory_check import check_workload, workload
+from .options import add_memory_argument
+
+BENCH_CASES = ("baby", "small")  # bench.CASES's keys; bench is imported lazily
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The bench command."""
+    bench = sub.add_parser("bench", help="time a training step and generation",
+                           description="Time the GPT's training step (forward, loss, "
+                                       "backward, AdamW) and KV-cached generation on "
+                                       "nanoGPT's CPU shapes, each case in a fresh process; "
+                                       "one JSON line per case, then a table.")
+    bench.add_argument("--case", nargs="+", choices=BENCH_CASES, default=list(BENCH_CASES),
+                       help="which shapes (default: all)")
+    bench.add_argument("--threads", type=int, help="BLAS threads on both sides (default: "
+                                                   "the libraries' own choice)")
+    bench.add_argument("--vs-torch", action="store_true",
+                       help="also time the same GPT in PyTorch eager and print our/torch "
+                            "ratios (needs torch installed; development only)")
+    bench.add_argument("--steps", type=int, default=30, help="timed training steps "
+                                                             "(default 30)")
+    bench.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
+    bench.add_argument("--new-tokens", type=int, default=200,
+                       help="tokens to generate per run (default 200)")
+    bench.add_argument("--generate-runs", type=int, default=3,
+                       help="timed generation runs (default 3)")
+    bench.add_argument("--rounds", type=int, default=1,
+                       help="measure each case this many times (with --vs-torch, ours and "
+                            "torch's in turn) and report medians (default 1)")
+    bench.add_argument("--quick", action="store_true",
+                       help="a handful of steps and tokens: checks that it runs, not speed")
+    add_memory_argument(bench)
+    bench.set_defaults(run=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Run the bench cases, one JSON line each, then the table; the exit code."""
+    from ..bench import format_table, run_bench
+    for name in ("threads", "steps", "new_tokens", "generate_runs", "rounds"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return error("bench", f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.warmup < 0:
+        return error("bench", f"--warmup must be >= 0, got {args.warmup}")
+    if args.quick:
+        args.steps, args.warmup, args.new_tokens, args.generate_runs = 2, 1, 8, 1
+    if not args.ignore_memory_check:  # each case's training step and generation, on the CPU
+        from ..backend import cpu
+        from ..bench import CASES
+        from ..memory import MemoryLimitError
+        from ..nn import GPTConfig
+        for case in args.case:
+            shape = dict(CASES[case])
+            batch = shape.pop("batch_size")
+            for task, sequences in (("train", batch), ("generate", 1)):
+                try:
+                    check_workload(workload(task, GPTConfig(**shape), batch=sequences), cpu,
+                                   None, {key: key for key in shape},
+                                   "pass --ignore-memory-check to run it anyway")
+                except MemoryLimitError as exc:
+                    return error("bench", f"{case}: {exc}")
+    try:
+        records = run_bench(args.case, vs_torch=args.vs_torch, threads=args.threads,
+                            steps=args.steps, warmup=args.warmup, new_tokens=args.new_tokens,
+                            generate_runs=args.generate_runs, rounds=args.rounds,
+                            emit=lambda line: print(line, flush=True))
+    except RuntimeError as exc:
+        return error("bench", str(exc))
+    print(format_table(records))
+    return 0

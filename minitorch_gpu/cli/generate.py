@@ -1,0 +1,103 @@
+"""``minitorch-gpu generate``: sample text from a checkpoint, streamed token by token."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Dict
+
+from .errors import EXIT_INTERRUPTED, error
+from .memory_check import check_workload, workload
+from .options import add_memory_argument
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The generate command."""
+    gen = sub.add_parser("generate", help="sample text from a checkpoint",
+                         description="Sample text from a checkpoint, streaming it to stdout "
+                                     "token by token (with the KV cache).")
+    gen.add_argument("checkpoint", help="a .ckpt file, or a run directory (its best.ckpt, "
+                                        "else last.ckpt)")
+    prompt = gen.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", default=None, help="the text to continue (default: a "
+                                                       "newline)")
+    prompt.add_argument("--prompt-file", default=None, help="read the prompt from a file")
+    gen.add_argument("--max-new-tokens", type=int, default=500, help="tokens to sample per "
+                                                                      "sample (default 500)")
+    gen.add_argument("--temperature", type=float, default=0.8,
+                     help="below 1 sharper, above 1 more random, 0 greedy (default 0.8)")
+    gen.add_argument("--top-k", type=int, default=200,
+                     help="sample among the k most likely tokens; 0 for all (default 200)")
+    gen.add_argument("--top-p", type=float, default=None,
+                     help="sample among the most likely tokens whose probability reaches p")
+    gen.add_argument("--num-samples", type=int, default=1, help="samples to draw (default 1)")
+    gen.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
+    gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    add_memory_argument(gen)
+    gen.set_defaults(run=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """Stream samples from the checkpoint to stdout; the exit code."""
+    import minitorch_gpu as mt
+    from ..backend import get_backend
+    from ..checkpoint import CheckpointError
+    from ..inference import load_for_inference, stream_text
+    from ..nn.sampling import check_sampling
+
+    top_k = args.top_k or None
+    try:
+        check_sampling(args.temperature, top_k, args.top_p)
+        if args.max_new_tokens < 0 or args.num_samples < 1:
+            raise ValueError("--max-new-tokens must be >= 0 and --num-samples >= 1")
+        if args.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {args.seed}")
+        get_backend(args.device)  # before the checkpoint is read
+    except (ValueError, RuntimeError) as exc:  # RuntimeError: an unusable device
+        return error("generate", str(exc).splitlines()[0])
+    if args.prompt_file is not None:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                prompt = f.read()
+        except OSError as exc:
+            return error("generate", f"cannot read --prompt-file: {exc}")
+        except UnicodeDecodeError as exc:
+            return error("generate", f"--prompt-file {args.prompt_file!r} is not UTF-8 text "
+                                     f"(byte {exc.object[exc.start]:#04x} at offset "
+                                     f"{exc.start})")
+    else:
+        prompt = "\n" if args.prompt is None else args.prompt
+    from ..memory import MemoryLimitError
+
+    def check_memory(config: Any, meta: Dict[str, Any]) -> None:
+        if not args.ignore_memory_check:  # the weights, the KV cache of a batch of one
+            dtype = "float64" if meta.get("dtype") == "float64" else "float32"
+            check_workload(workload("generate", config, dtype=dtype, device=args.device,
+                                    from_checkpoint=True), get_backend(args.device), None,
+                           {"n_layer": "n_layer", "n_embd": "n_embd",
+                            "block_size": "block_size", "vocab_size": "vocab_size"},
+                           "pass --ignore-memory-check to try anyway")
+
+    try:
+        model, tokenizer, _ = load_for_inference(args.checkpoint, args.device,
+                                                 check_memory=check_memory)
+    except (CheckpointError, MemoryLimitError) as exc:
+        return error("generate", str(exc))
+    mt.manual_seed(args.seed)
+    out = sys.stdout
+    try:
+        for sample in range(args.num_samples):
+            # checked before the prompt is printed: a refused prompt prints nothing
+            pieces = stream_text(model, tokenizer, prompt, args.max_new_tokens,
+                                 args.temperature, top_k, args.top_p)
+            out.write(prompt)
+            for piece in pieces:
+                out.write(piece)
+                out.flush()
+            out.write("\n" if sample == args.num_samples - 1 else "\n---------------\n")
+            out.flush()
+    except ValueError as exc:  # a prompt the tokenizer cannot encode
+        return error("generate", str(exc))
+    except KeyboardInterrupt:
+        out.write("\n")
+        return EXIT_INTERRUPTED
+    return 0
