@@ -1,28 +1,38 @@
 """How fast this machine trains and samples the GPT, and against PyTorch eager if asked.
 
-Two cases, nanoGPT's CPU shapes (float32, dropout 0)::
+Two cases run by default, nanoGPT's CPU shapes (float32, dropout 0); a third runs when
+named, GPT-2 124M's shape for a GPU::
 
-    baby   n_layer 4, n_head 4, n_embd 128, block_size 64,  batch 12, vocab 65
-    small  n_layer 6, n_head 6, n_embd 384, block_size 256, batch 8,  vocab 65
+    baby   n_layer 4,  n_head 4,  n_embd 128, block_size 64,   batch 12, vocab 65
+    small  n_layer 6,  n_head 6,  n_embd 384, block_size 256,  batch 8,  vocab 65
+    gpt2   n_layer 12, n_head 12, n_embd 768, block_size 1024, batch 16, vocab 50304
 
 For each case and side a fresh Python process (so neither side's thread pools, allocator
 or lazily loaded kernels touch the other's, and its peak memory is its own) times:
 
 * the training step a trainer runs, forward + cross-entropy + backward + AdamW (nanoGPT's
   settings: lr 1e-3, betas (0.9, 0.99), weight decay 0.1 on the 2-D weights): the median
-  step over ``steps`` steps after ``warmup``, tokens/s, and MFU against the float32 matmul
-  peak of this machine, measured in the same run before and after the cases (each time
-  in its own process, same threads), the larger kept;
-* the peak resident memory of training: the process's high-water mark once the steps ran,
-  less its resident size just before the model was built (the imports' share left out);
+  step over ``steps`` steps after ``warmup``, tokens/s, and MFU against the matmul peak of
+  this device in the step's dtype, measured in the same run before and after the cases
+  (each time in its own process, same threads), the larger kept;
+* the peak memory of training: on the CPU the process's resident high-water mark once the
+  steps ran, less its resident size just before the model was built (the imports' share
+  left out); on a GPU what the memory pool holds once the steps ran;
+* with ``bf16``, the step under bf16 autocast (float32 master weights) and the largest
+  |bf16 - float32| difference of the logits on one batch;
 * generation at batch 1 with the KV cache: a 16-token prompt, 200 new tokens, temperature
   1; past ``block_size`` the window slides by half a block (both sides alike).
+
+With ``cprofile`` it times nothing: it runs that many steps under cProfile instead and
+reports the functions that take the most of a step's own time.
 
 The torch side (``--vs-torch``, development only: torch is never a dependency) is
 ``torch_reference.TorchGPT`` with our model's initial weights, explicit-matmul attention,
 ``torch.optim.AdamW`` with the same groups and settings, and an equivalent KV cache.
 
-    python scripts/bench.py --vs-torch --threads 2        # or: minitorch-gpu bench ...
+    minitorch-gpu bench --vs-torch --threads 2
+    minitorch-gpu bench --case gpt2 --device cuda --bf16 --no-generate
+    minitorch-gpu bench --case baby --cprofile 20
 """
 from __future__ import annotations
 
@@ -34,23 +44,37 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-__all__ = ["CASES", "run_bench", "format_table", "torch_available"]
+__all__ = ["CASES", "GPU_CASES", "run_bench", "format_table", "torch_available"]
 
-CASES: Dict[str, Dict[str, int]] = {
+CASES: Dict[str, Dict[str, int]] = {  # the default cases
     "baby": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, vocab_size=65),
     "small": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=8,
                   vocab_size=65),
+}
+GPU_CASES: Dict[str, Dict[str, int]] = {  # run only when named: too large for a CPU
+    # GPT-2 124M, its vocabulary padded to a multiple of 64 as nanoGPT's
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=16,
+                 vocab_size=50304),
 }
 SIDES = ("minitorch", "torch")
 LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.99), 0.1  # nanoGPT's Shakespeare settings
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 EXIT_OUT_OF_MEMORY = 3  # a measuring process that ran out of memory (its one line on stderr)
+PROFILE_ROWS = 14  # the functions a cProfile table lists
 
 
 def torch_available() -> bool:
     """Whether torch can be imported here (checked without importing it)."""
     import importlib.util
     return importlib.util.find_spec("torch") is not None
+
+
+def case_shape(case: str) -> Dict[str, int]:
+    """The shape of a case by name, a default one or a GPU one."""
+    shapes = {**CASES, **GPU_CASES}
+    if case not in shapes:
+        raise ValueError(f"bench: unknown case {case!r}, expected one of {sorted(shapes)}")
+    return shapes[case]
 
 
 # --- inside one measuring process -------------------------------------------------------
@@ -67,9 +91,11 @@ def _resident_mb() -> float:
     return 0.0
 
 
-def _peak_mb() -> float:
-    from minitorch_gpu.backend import cpu
-    return cpu.memory_stats()["peak_rss_bytes"] / 2 ** 20
+def _peak_mb(device: str) -> float:
+    """The process's resident high-water mark on the CPU; what a GPU's pool holds."""
+    from minitorch_gpu.backend import get_backend
+    stats = get_backend(device).memory_stats()
+    return stats.get("peak_rss_bytes", stats.get("bytes_reserved", 0)) / 2 ** 20
 
 
 def _times_ms(run: Callable[[], Any], repeats: int) -> List[float]:
@@ -81,7 +107,7 @@ def _times_ms(run: Callable[[], Any], repeats: int) -> List[float]:
     return samples
 
 
-def _build(side: str, shape: Dict[str, int]):
+def _build(side: str, shape: Dict[str, int], device: str):
     """(model, optimizer, batches, training FLOPs per step) for one side; both sides start
     from the same weights and see the same batches."""
     import numpy as np
@@ -98,8 +124,10 @@ def _build(side: str, shape: Dict[str, int]):
     data = [(rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T))) for _ in range(4)]
     flops = ours.flops_per_token() * B * T
     if side == "minitorch":
+        ours = ours.to(device)
         optimizer = ours.configure_optimizers(WEIGHT_DECAY, LR, BETAS)
-        return ours, optimizer, [(mt.tensor(x), mt.tensor(y)) for x, y in data], flops
+        batches = [(mt.tensor(x, device=device), mt.tensor(y, device=device)) for x, y in data]
+        return ours, optimizer, batches, flops
     import torch
 
     from minitorch_gpu.torch_reference import TorchGPT, torch_adamw
@@ -109,63 +137,124 @@ def _build(side: str, shape: Dict[str, int]):
     return model, optimizer, [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data], flops
 
 
-def measure_peak(threads: Optional[int]) -> Dict[str, Any]:
-    """The float32 matmul peak of this machine with ``threads`` BLAS threads: NumPy's BLAS,
-    the best of several 2048 x 2048 products, in a process of its own."""
+def measure_peak(threads: Optional[int], device: str = "cpu",
+                 bf16: bool = False) -> Dict[str, Any]:
+    """The matmul peak of ``device`` with ``threads`` BLAS threads, in a process of its
+    own: the best of several square products (2048 on the CPU, in float32, as bf16 runs
+    there; 8192 on a GPU, in bf16 when ``bf16``)."""
     import numpy as np
 
+    from minitorch_gpu.backend import dtypes, get_backend
     from minitorch_gpu.machine import _measure_matmul, set_num_threads
     set_num_threads(threads)
-    return {"case": "matmul_peak", "threads": threads,
-            "gflop_per_s": _measure_matmul("cpu", np.float32, 2048, 8) / 1e9}
+    device = str(get_backend(device).device)
+    on_cpu = device == "cpu"
+    dtype = dtypes.bfloat16 if bf16 and not on_cpu else np.float32
+    n, repeats = (2048, 8) if on_cpu else (8192, 10)
+    return {"case": "matmul_peak", "threads": threads, "device": device,
+            "dtype": "bf16" if dtype == dtypes.bfloat16 else "float32",
+            "gflop_per_s": _measure_matmul(device, dtype, n, repeats) / 1e9}
 
 
 def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: int,
-            new_tokens: int, generate_runs: int) -> Dict[str, Any]:
+            new_tokens: int, generate_runs: int, device: str = "cpu", bf16: bool = False,
+            generate: bool = True, cprofile: int = 0) -> Dict[str, Any]:
     """One case on one side, in this process: what ``run_bench`` prints for it."""
+    import minitorch_gpu as mt
     from minitorch_gpu.machine import set_num_threads
     set_num_threads(threads)
     if side == "torch":
         import torch
         if threads is not None:
             torch.set_num_threads(threads)
-    shape = CASES[case]
+    backend = mt.get_backend(device)
+    device = str(backend.device)
+    shape = case_shape(case)
     rss_before = _resident_mb()
-    model, optimizer, batches, flops_per_step = _build(side, shape)
+    model, optimizer, batches, flops_per_step = _build(side, shape, device)
+    precision = mt.autocast("bf16", enabled=bf16)
 
     def step(i: int) -> None:
         x, y = batches[i % len(batches)]
-        _, loss = model(x, y)
+        with precision:
+            _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        loss.item()
+        loss.item()  # waits for the device
 
     for i in range(warmup):
         step(i)
+    described = {"case": case, "side": side, "threads": threads, "device": device,
+                 "dtype": "bf16" if bf16 else "float32", **shape}
+    if cprofile:
+        return {**described, "cprofile_steps": cprofile, **profile_steps(step, cprofile)}
     counter = iter(range(steps))
-    step_ms = _times_ms(lambda: step(next(counter)), steps)
-    train_peak_mb = _peak_mb()
 
-    model.eval()
+    def timed() -> None:
+        step(next(counter))
+        backend.synchronize()
+
+    step_ms = _times_ms(timed, steps)
+    train_peak_mb = _peak_mb(device)
     B, T = shape["batch_size"], shape["block_size"]
-    prompt = batches[0][0][:1, :16]
-
-    def generate() -> None:  # the same signature on both sides
-        model.generate(prompt, new_tokens, 1.0, window_shift=T // 2)
-
-    generate()  # warm-up
-    generate_ms = statistics.median(_times_ms(generate, generate_runs))
     median = statistics.median(step_ms)
-    return {
-        "case": case, "side": side, "threads": threads, **shape, "steps": steps,
+    record = {
+        **described, "steps": steps,
         "step_ms": {"median": median, "min": min(step_ms), "max": max(step_ms)},
         "train_tokens_per_s": B * T / (median / 1e3),
         "flops_per_step": flops_per_step,
-        "train_memory_mb": train_peak_mb - rss_before, "peak_rss_mb": train_peak_mb,
-        "generate_new_tokens": new_tokens,
-        "generate_tokens_per_s": new_tokens / (generate_ms / 1e3),
+        "train_memory_mb": train_peak_mb - (rss_before if device == "cpu" else 0.0),
+        "peak_rss_mb": _peak_mb("cpu"),
     }
+    if bf16:
+        record.update(bf16_logit_difference(model, batches[0]))
+    if generate:
+        model.eval()
+        prompt = batches[0][0][:1, :16]
+
+        def generate_once() -> None:  # the same signature on both sides
+            model.generate(prompt, new_tokens, 1.0, window_shift=T // 2)
+            backend.synchronize()
+
+        generate_once()  # warm-up
+        generate_ms = statistics.median(_times_ms(generate_once, generate_runs))
+        record.update(generate_new_tokens=new_tokens,
+                      generate_tokens_per_s=new_tokens / (generate_ms / 1e3))
+    return record
+
+
+def bf16_logit_difference(model: Any, batch: Any) -> Dict[str, float]:
+    """How far bf16 autocast moves our model's logits from float32's on one batch: the
+    largest absolute difference, and the largest absolute logit for scale."""
+    import minitorch_gpu as mt
+    x, y = batch
+    with mt.no_grad():
+        logits32, _ = model(x, y)
+        with mt.autocast("bf16"):
+            logits16, _ = model(x, y)
+        diff = (logits16.float() - logits32).abs().max().item()
+    return {"bf16_max_abs_logit_diff": diff, "max_abs_logit": logits32.abs().max().item()}
+
+
+def profile_steps(step: Callable[[int], Any], steps: int) -> Dict[str, Any]:
+    """Run ``step`` ``steps`` times under cProfile: the functions with the most own time
+    per step (cProfile's overhead included), and the total."""
+    import cProfile
+    import pstats
+    profile = cProfile.Profile()
+    profile.enable()
+    for i in range(steps):
+        step(i)
+    profile.disable()
+    stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, _, own, cumulative, _)
+    total = sum(own for _, _, own, _, _ in stats.values())
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:PROFILE_ROWS]
+    functions = [{"function": f"{os.path.relpath(path) if path != '~' else ''}:{line}({name})",
+                  "calls_per_step": calls / steps, "own_ms_per_step": own / steps * 1e3,
+                  "percent": 100 * own / total}
+                 for (path, line, name), (calls, _, own, _, _) in rows]
+    return {"functions": functions, "total_ms_per_step": total / steps * 1e3}
 
 
 # --- the parent: one process per case and side ------------------------------------------
@@ -188,32 +277,42 @@ def _run_child(what: str, **spec: Any) -> Dict[str, Any]:
 def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = False,
               threads: Optional[int] = None, steps: int = 30, warmup: int = 5,
               new_tokens: int = 200, generate_runs: int = 3, rounds: int = 1,
-              emit: Callable[[str], None] = print) -> List[Dict[str, Any]]:
+              device: str = "cpu", bf16: bool = False, generate: bool = True,
+              cprofile: int = 0, emit: Callable[[str], None] = print) -> List[Dict[str, Any]]:
     """Measure the matmul peak, then each case ``rounds`` times (ours, then torch's when
     ``vs_torch``: pairs taken close together, so a machine whose speed drifts moves both),
     ``emit`` one JSON line per process as it finishes, then per case and side the medians
     over the rounds and, with torch, the medians of the rounds' our/torch ratios. Returns
-    the summary records (the peak first)."""
+    the summary records (the peak first). With ``cprofile``, each case and side's profile
+    instead (no peak, one round)."""
     cases = list(cases)
     for case in cases:
-        if case not in CASES:
-            raise ValueError(f"bench: unknown case {case!r}, expected one of {sorted(CASES)}")
+        case_shape(case)
+    if vs_torch and (bf16 or device != "cpu"):
+        raise ValueError("bench: --vs-torch compares float32 steps on the CPU; drop --bf16 "
+                         "and --device")
     if vs_torch and not torch_available():
         raise RuntimeError("bench: --vs-torch needs torch, which is not installed (a "
                            "development-only comparison: pip install torch)")
+    sides = SIDES[:2 if vs_torch else 1]
+    work = dict(threads=threads, steps=steps, warmup=warmup, new_tokens=new_tokens,
+                generate_runs=generate_runs, device=device, bf16=bf16, generate=generate)
+    if cprofile:
+        profiles = [_run_child("measure", side=side, case=case, cprofile=cprofile, **work)
+                    for case in cases for side in sides]
+        for record in profiles:
+            emit(json.dumps(record))
+        return profiles
     # the peak is measured before and after the cases, and the larger kept: a slow
     # stretch of a shared machine during one measurement would overstate every MFU
-    peak = _run_child("peak", threads=threads)
+    peak = _run_child("peak", threads=threads, device=device, bf16=bf16)
     emit(json.dumps(peak))
     summary = [peak]
-    sides = SIDES[:2 if vs_torch else 1]
     for case in cases:
         runs: Dict[str, List[Dict[str, Any]]] = {side: [] for side in sides}
         for round_ in range(rounds):
             for side in sides:
-                record = _run_child("measure", side=side, case=case, threads=threads,
-                                    steps=steps, warmup=warmup, new_tokens=new_tokens,
-                                    generate_runs=generate_runs)
+                record = _run_child("measure", side=side, case=case, **work)
                 record["round"] = round_
                 seconds = record["step_ms"]["median"] / 1e3
                 record["mfu"] = record["flops_per_step"] / seconds / (peak["gflop_per_s"] * 1e9)
@@ -224,10 +323,11 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
         if vs_torch:
             ratio: Dict[str, Any] = {"case": case, "side": "minitorch/torch", "rounds": rounds}
             for key in ("train_tokens_per_s", "generate_tokens_per_s", "train_memory_mb"):
-                ratio[key] = statistics.median(ours[key] / theirs[key] for ours, theirs in
-                                               zip(runs["minitorch"], runs["torch"]))
+                if key in runs["minitorch"][0]:
+                    ratio[key] = statistics.median(ours[key] / theirs[key] for ours, theirs
+                                                   in zip(runs["minitorch"], runs["torch"]))
             summary.append(ratio)
-    again = _run_child("peak", threads=threads)
+    again = _run_child("peak", threads=threads, device=device, bf16=bf16)
     emit(json.dumps(again))
     peak["gflop_per_s"] = max(peak["gflop_per_s"], again["gflop_per_s"])
     for record in summary[1:]:
@@ -245,33 +345,60 @@ def _median_record(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     merged = dict(runs[-1], rounds=len(runs))
     merged.pop("round", None)
     for key in ("train_tokens_per_s", "mfu", "train_memory_mb", "peak_rss_mb",
-                "generate_tokens_per_s"):
-        merged[key] = statistics.median(r[key] for r in runs)
+                "generate_tokens_per_s", "bf16_max_abs_logit_diff"):
+        if key in merged:
+            merged[key] = statistics.median(r[key] for r in runs)
     merged["step_ms"] = {k: statistics.median(r["step_ms"][k] for r in runs)
                          for k in ("median", "min", "max")}
     return merged
 
 
 def format_table(records: List[Dict[str, Any]]) -> str:
-    """The records as a short table, ratio rows included."""
+    """The records as a short table, ratio rows included (or, from ``cprofile``, each
+    case's functions by own time per step)."""
+    if any("functions" in r for r in records):
+        return "\n\n".join(_format_profile(r) for r in records)
     lines = [f"{'case':6s} {'side':16s} {'step ms':>8s} {'train tok/s':>11s} {'MFU':>6s} "
              f"{'gen tok/s':>9s} {'train MB':>8s}"]
+    notes = []
     for r in records:
         if r["case"] == "matmul_peak":
             continue
+        generated = r.get("generate_tokens_per_s")
         if r["side"] == "minitorch/torch":
+            gen = f"{generated:8.2f}x" if generated is not None else f"{'-':>9s}"
             lines.append(f"{r['case']:6s} {'ratio ours/torch':16s} {'':>8s} "
                          f"{r['train_tokens_per_s']:10.2f}x {'':>6s} "
-                         f"{r['generate_tokens_per_s']:8.2f}x {r['train_memory_mb']:7.2f}x")
-        else:
-            lines.append(f"{r['case']:6s} {r['side']:16s} {r['step_ms']['median']:8.1f} "
-                         f"{r['train_tokens_per_s']:11.0f} {100 * r['mfu']:5.1f}% "
-                         f"{r['generate_tokens_per_s']:9.0f} {r['train_memory_mb']:8.0f}")
+                         f"{gen} {r['train_memory_mb']:7.2f}x")
+            continue
+        gen = f"{generated:9.0f}" if generated is not None else f"{'-':>9s}"
+        lines.append(f"{r['case']:6s} {r['side']:16s} {r['step_ms']['median']:8.1f} "
+                     f"{r['train_tokens_per_s']:11.0f} {100 * r['mfu']:5.1f}% "
+                     f"{gen} {r['train_memory_mb']:8.0f}")
+        if "bf16_max_abs_logit_diff" in r:
+            notes.append(f"{r['case']}: max |bf16 - fp32| logit "
+                         f"{r['bf16_max_abs_logit_diff']:.3g} on one batch (largest |logit| "
+                         f"{r['max_abs_logit']:.3g})")
     peaks = [r for r in records if r["case"] == "matmul_peak"]
     if peaks:
-        lines.append(f"MFU against the float32 matmul peak (the larger of two measurements, "
-                     f"before and after): {peaks[0]['gflop_per_s']:.0f} GFLOP/s with "
-                     f"{peaks[0]['threads']} BLAS threads")
+        peak, device = peaks[0], peaks[0].get("device", "cpu")
+        rate = peak["gflop_per_s"]
+        where = f"with {peak['threads']} BLAS threads" if device == "cpu" else f"on {device}"
+        rate_text = f"{rate / 1e3:.0f} TFLOP/s" if rate >= 1e4 else f"{rate:.0f} GFLOP/s"
+        lines.append(f"MFU against the {peak.get('dtype', 'float32')} matmul peak (the larger "
+                     f"of two measurements, before and after): {rate_text} {where}")
+    return "\n".join(lines + notes)
+
+
+def _format_profile(r: Dict[str, Any]) -> str:
+    """One cProfile record: the functions with the most own time per step."""
+    lines = [f"{r['case']} {r['side']} on {r['device']} ({r['dtype']}): own time per step "
+             f"over {r['cprofile_steps']} steps under cProfile",
+             f"{'function':58s} {'calls/step':>10s} {'own ms/step':>11s} {'% of step':>9s}"]
+    for row in r["functions"]:
+        lines.append(f"{row['function'][-58:]:58s} {row['calls_per_step']:10.1f} "
+                     f"{row['own_ms_per_step']:11.2f} {row['percent']:9.1f}")
+    lines.append(f"{'total':58s} {'':10s} {r['total_ms_per_step']:11.2f}")
     return "\n".join(lines)
 
 

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from minitorch_gpu.bench import CASES, format_table, torch_available
+from minitorch_gpu.bench import CASES, GPU_CASES, format_table, torch_available
 from minitorch_gpu.cli import BENCH_CASES
+from minitorch_gpu.cli.bench import GPU_BENCH_CASES
 
 RECORD_KEYS = {"case", "side", "threads", "step_ms", "train_tokens_per_s", "mfu",
                "train_memory_mb", "peak_rss_mb", "generate_tokens_per_s", "flops_per_step"}
@@ -63,6 +64,9 @@ def test_quick_bench_against_torch_prints_ratios():
     (["--rounds", "0"], "--rounds must be >= 1"),
     (["--warmup", "-1"], "--warmup must be >= 0"),
     (["--case", "huge"], "invalid choice"),
+    (["--cprofile", "-1"], "--cprofile must be >= 0"),
+    (["--vs-torch", "--bf16"], "--vs-torch compares float32 steps on the CPU"),
+    (["--device", "nonsense"], "--device: unknown device"),
 ])
 def test_bad_options_are_one_line_errors(args, message):
     done = bench(*args)
@@ -71,6 +75,30 @@ def test_bad_options_are_one_line_errors(args, message):
 
 def test_the_cli_offers_the_bench_cases():
     assert tuple(CASES) == BENCH_CASES
+
+
+def test_the_cli_offers_the_gpu_cases_only_by_name():
+    assert tuple(GPU_CASES) == GPU_BENCH_CASES
+    assert not set(GPU_CASES) & set(CASES)  # not among the default cases
+
+
+def test_quick_bf16_step_reports_the_logit_difference():
+    done = bench("--case", "baby", "--bf16", "--no-generate", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    measured = [r for r in records(done.stdout) if r["case"] == "baby"]
+    assert len(measured) == 1 and measured[0]["dtype"] == "bf16"
+    assert 0 < measured[0]["bf16_max_abs_logit_diff"] < 0.1 * measured[0]["max_abs_logit"]
+    assert "generate_tokens_per_s" not in measured[0]
+    assert "max |bf16 - fp32| logit" in done.stdout
+
+
+def test_cprofile_lists_where_a_step_goes_instead_of_timing():
+    done = bench("--case", "baby", "--cprofile", "2", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    lines = records(done.stdout)
+    assert [r["case"] for r in lines] == ["baby"]  # no matmul peak: nothing is timed
+    assert lines[0]["functions"] and lines[0]["total_ms_per_step"] > 0
+    assert "own ms/step" in done.stdout and "total" in done.stdout
 
 
 def test_table_without_torch_rows():

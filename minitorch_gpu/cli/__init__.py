@@ -5,6 +5,7 @@
     minitorch-gpu generate checkpoints/quickstart --prompt "def " --max-new-tokens 200
     minitorch-gpu profile configs/shakespeare_char.yaml --set model.vocab_size=65 [--backward]
     minitorch-gpu bench [--case baby small] [--threads 2] [--vs-torch] [--quick]
+    minitorch-gpu bench --case gpt2 --device cuda --bf16 [--no-generate] [--cprofile 20]
     minitorch-gpu plot checkpoints/quickstart [checkpoints/other ...] [--out runs.png]
 
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,

@@ -8,6 +8,7 @@ from .memory_check import check_workload, workload
 from .options import add_memory_argument
 
 BENCH_CASES = ("baby", "small")  # bench.CASES's keys; bench is imported lazily
+GPU_BENCH_CASES = ("gpt2",)  # bench.GPU_CASES's keys: run only when named
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +18,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                        "backward, AdamW) and KV-cached generation on "
                                        "nanoGPT's CPU shapes, each case in a fresh process; "
                                        "one JSON line per case, then a table.")
-    bench.add_argument("--case", nargs="+", choices=BENCH_CASES, default=list(BENCH_CASES),
-                       help="which shapes (default: all)")
+    bench.add_argument("--case", nargs="+", choices=BENCH_CASES + GPU_BENCH_CASES,
+                       default=list(BENCH_CASES),
+                       help="which shapes (default: baby and small; gpt2, GPT-2 124M at "
+                            "batch 16 x 1024, for a GPU)")
+    bench.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    bench.add_argument("--bf16", action="store_true",
+                       help="the step under bf16 autocast (float32 master weights): MFU "
+                            "against the bf16 matmul peak, and the largest |bf16 - fp32| "
+                            "logit difference on one batch")
     bench.add_argument("--threads", type=int, help="BLAS threads on both sides (default: "
                                                    "the libraries' own choice)")
     bench.add_argument("--vs-torch", action="store_true",
@@ -31,9 +39,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="tokens to generate per run (default 200)")
     bench.add_argument("--generate-runs", type=int, default=3,
                        help="timed generation runs (default 3)")
+    bench.add_argument("--no-generate", action="store_true", help="time training only")
     bench.add_argument("--rounds", type=int, default=1,
                        help="measure each case this many times (with --vs-torch, ours and "
                             "torch's in turn) and report medians (default 1)")
+    bench.add_argument("--cprofile", type=int, default=0, metavar="N",
+                       help="instead of timing, run N steps under cProfile and print the "
+                            "functions that take the most time (ms per step)")
     bench.add_argument("--quick", action="store_true",
                        help="a handful of steps and tokens: checks that it runs, not speed")
     add_memory_argument(bench)
@@ -42,36 +54,58 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _bench(args: argparse.Namespace) -> int:
     """Run the bench cases, one JSON line each, then the table; the exit code."""
+    from ..backend import get_backend
     from ..bench import format_table, run_bench
     for name in ("threads", "steps", "new_tokens", "generate_runs", "rounds"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return error("bench", f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.warmup < 0:
-        return error("bench", f"--warmup must be >= 0, got {args.warmup}")
+    for name in ("warmup", "cprofile"):
+        if getattr(args, name) < 0:
+            return error("bench", f"--{name} must be >= 0, got {getattr(args, name)}")
+    if args.vs_torch and (args.bf16 or args.device != "cpu"):
+        return error("bench", "--vs-torch compares float32 steps on the CPU; drop --bf16 "
+                              "and --device")
+    try:
+        backend = get_backend(args.device)  # before any case runs
+    except (ValueError, RuntimeError) as exc:  # RuntimeError: no CuPy, no such GPU
+        return error("bench", f"--device: {str(exc).splitlines()[0]}")
     if args.quick:
         args.steps, args.warmup, args.new_tokens, args.generate_runs = 2, 1, 8, 1
-    if not args.ignore_memory_check:  # each case's training step and generation, on the CPU
-        from ..backend import cpu
-        from ..bench import CASES
-        from ..memory import MemoryLimitError
-        from ..nn import GPTConfig
-        for case in args.case:
-            shape = dict(CASES[case])
-            batch = shape.pop("batch_size")
-            for task, sequences in (("train", batch), ("generate", 1)):
-                try:
-                    check_workload(workload(task, GPTConfig(**shape), batch=sequences), cpu,
-                                   None, {key: key for key in shape},
-                                   "pass --ignore-memory-check to run it anyway")
-                except MemoryLimitError as exc:
-                    return error("bench", f"{case}: {exc}")
+    if not args.ignore_memory_check:  # each case's training step and generation
+        refused = _memory_refusal(args, backend)
+        if refused:
+            return error("bench", refused)
     try:
         records = run_bench(args.case, vs_torch=args.vs_torch, threads=args.threads,
                             steps=args.steps, warmup=args.warmup, new_tokens=args.new_tokens,
                             generate_runs=args.generate_runs, rounds=args.rounds,
+                            device=args.device, bf16=args.bf16,
+                            generate=not args.no_generate, cprofile=args.cprofile,
                             emit=lambda line: print(line, flush=True))
     except RuntimeError as exc:
         return error("bench", str(exc))
     print(format_table(records))
     return 0
+
+
+def _memory_refusal(args: argparse.Namespace, backend) -> str:
+    """Why a case of ``args`` would not fit in the memory ``backend`` has ("" if all do)."""
+    from ..bench import case_shape
+    from ..memory import MemoryLimitError
+    from ..nn import GPTConfig
+    tasks = [("train", None)] + ([] if args.no_generate or args.cprofile else
+                                 [("generate", 1)])
+    for case in args.case:
+        shape = dict(case_shape(case))
+        batch = shape.pop("batch_size")
+        for task, sequences in tasks:
+            try:
+                check_workload(workload(task, GPTConfig(**shape), batch=sequences or batch,
+                                        dtype="bf16" if args.bf16 else "float32",
+                                        device=args.device),
+                               backend, None, {key: key for key in shape},
+                               "pass --ignore-memory-check to run it anyway")
+            except MemoryLimitError as exc:
+                return f"{case}: {exc}"
+    return ""
