@@ -54,7 +54,6 @@ def _profile(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..memory import MemoryLimitError
     from ..profiler import PLOT_HINT, profile_model
-    from ..trainer import TrainingError
     try:
         cfg = config_from_args(args)
         for option, value, least in (("--batch-size", args.batch_size, 1),
@@ -70,7 +69,7 @@ def _profile(args: argparse.Namespace) -> int:
             except ImportError:
                 raise ValueError(PLOT_HINT) from None
         model = _model_to_profile(cfg, args.checkpoint, _profile_memory_check(cfg, args))
-    except (ConfigError, CheckpointError, ValueError, TrainingError, MemoryLimitError) as exc:
+    except (ConfigError, CheckpointError, ValueError, MemoryLimitError) as exc:
         return error("profile", str(exc).splitlines()[0])
     block = model.config.block_size
     B = args.batch_size or cfg.train.batch_size
@@ -143,8 +142,7 @@ def _model_to_profile(cfg, checkpoint: Optional[str], check_memory=None):
     import minitorch_gpu as mt
     from ..backend import get_backend
     from ..machine import set_num_threads
-    from ..nn import GPT
-    from ..model_from_config import gpt_config
+    from ..model_from_config import build_model, gpt_config, weight_dtype
     set_num_threads(cfg.system.threads)
     try:
         device = str(get_backend(cfg.system.device).device)
@@ -156,7 +154,7 @@ def _model_to_profile(cfg, checkpoint: Optional[str], check_memory=None):
             (lambda config, meta: check_memory(config, device, True))
         model, _, _ = load_for_inference(checkpoint, device, keep_padding=True,
                                          check_memory=memory)
-        return model.to(_weights_dtype(cfg))
+        return model.to(weight_dtype(cfg.system.dtype))
     if check_memory is not None:  # before the data is read: the vocabulary at its least
         vocab = cfg.model.vocab_size or cfg.model.pad_vocab_to
         check_memory(gpt_config(cfg.model, vocab), device, False)
@@ -174,10 +172,5 @@ def _model_to_profile(cfg, checkpoint: Optional[str], check_memory=None):
     if check_memory is not None:
         check_memory(config, device, False)
     mt.manual_seed(cfg.system.seed)
-    return GPT(config).to(_weights_dtype(cfg)).to(device)
+    return build_model(config, weight_dtype(cfg.system.dtype), device)
 
-
-def _weights_dtype(cfg) -> Any:
-    """The weights' dtype, as the trainer keeps them: float32 for bf16 mixed precision."""
-    from ..model_from_config import DTYPES
-    return DTYPES[cfg.system.dtype]
