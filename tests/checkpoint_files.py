@@ -1,7 +1,6 @@
 """Helpers of the checkpoint tests: a small checkpoint, comparisons, a header rewriter and
 a writer of the ZIP checkpoints of formats 1 and 2 (as minitorch-gpu wrote them then)."""
 import base64
-import base64
 import io
 import json
 import struct
@@ -83,30 +82,6 @@ def rng_with_cuda(encoding: str) -> dict:
     return {"format": "minitorch-gpu-rng-state", "version": 1, "seed": 0,
             "backends": {"cpu": mt.get_backend("cpu").get_rng_state(),
                          "cuda:0": cuda_rng_state(encoding)}}
-
-
-
-# --- a GPU's generator state, as the trainer saves it -----------------------------------
-RAW_CUDA_STATE = bytes(range(256)) * 3  # 16 cuRAND XORWOW states of 48 bytes
-
-
-def cuda_rng_state(encoding: str) -> dict:
-    """A CUDA backend's generator state as get_rng_state gives it (encoding "array"), or
-    as checkpoints before meta arrays held it (base64 text). test_backend checks that a
-    backend on a stand-in for CuPy makes and takes such states."""
-    state = {"kind": "cupy", "bit_generator": "XORWOW", "mode": "exact", "size": 16,
-             "nbytes": len(RAW_CUDA_STATE)}
-    if encoding == "array":
-        return dict(state, encoding="array", data=np.frombuffer(RAW_CUDA_STATE, np.uint8).copy())
-    return dict(state, encoding="base64", data=base64.b64encode(RAW_CUDA_STATE).decode("ascii"))
-
-
-def rng_with_cuda(encoding: str) -> dict:
-    """mt.backend.get_rng_state()'s form, with this CPU's stream and a GPU's."""
-    return {"format": "minitorch-gpu-rng-state", "version": 1, "seed": 0,
-            "backends": {"cpu": mt.get_backend("cpu").get_rng_state(),
-                         "cuda:0": cuda_rng_state(encoding)}}
-
 
 
 # --- the safetensors header -----------------------------------------------------------------
