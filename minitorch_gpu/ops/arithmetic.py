@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..autograd import Function
-from ..backend import dtypes
 from ..tensor import Tensor
 from ._util import require_tensor
-from .promotion import binary_operands, float_input, promote_operands
+from .promotion import binary_operands, float_operands, promote_operands
 from .rounding import div_rounded
 
 
@@ -91,10 +90,7 @@ def div(a: Any, b: Any, *, rounding_mode: Optional[str] = None) -> Tensor:
     ``rounding_mode="floor"`` or ``"trunc"`` rounds the quotient (``ops/rounding.py``)."""
     if rounding_mode is not None:
         return div_rounded(a, b, rounding_mode)
-    a, b = binary_operands(a, b, "div")
-    if not any(isinstance(x, Tensor) and dtypes.is_floating(x.dtype) for x in (a, b)):
-        a, b = (float_input(x, "div") if isinstance(x, Tensor) else x for x in (a, b))
-    return Div.apply(a, b)
+    return Div.apply(*float_operands(a, b, "div"))
 
 
 class Neg(Function):

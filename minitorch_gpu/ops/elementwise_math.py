@@ -14,7 +14,7 @@ from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
 from ._util import check_broadcast, require_tensor, shape_of
-from .promotion import binary_operands, cast_to, float_input
+from .promotion import binary_operands, cast_to, float_input, float_operands
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
@@ -335,15 +335,6 @@ def atanh(input: Tensor) -> Tensor:  # noqa: A002
 
 
 # --- binary functions ---------------------------------------------------------------------
-def _float_operands(a: Any, b: Any, op: str) -> tuple:
-    """Broadcast-checked, promoted operands; two integer/bool ones become float32 (as
-    torch.atan2 of two int64 tensors)."""
-    a, b = binary_operands(a, b, op)
-    if not any(isinstance(x, Tensor) and dtypes.is_floating(x.dtype) for x in (a, b)):
-        a, b = (float_input(x, op) if isinstance(x, Tensor) else float(x) for x in (a, b))
-    return a, b
-
-
 class Atan2(Function):
     broadcasts = True
 
@@ -362,7 +353,7 @@ class Atan2(Function):
 
 def atan2(input: Any, other: Any) -> Tensor:  # noqa: A002
     """The angle of the point (other, input): arctan(input / other) in the right quadrant."""
-    return Atan2.apply(*_float_operands(input, other, "atan2"))
+    return Atan2.apply(*float_operands(input, other, "atan2"))
 
 
 class Logaddexp(Function):
@@ -385,7 +376,7 @@ class Logaddexp(Function):
 
 def logaddexp(input: Any, other: Any) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)), without overflow."""
-    return Logaddexp.apply(*_float_operands(input, other, "logaddexp"))
+    return Logaddexp.apply(*float_operands(input, other, "logaddexp"))
 
 
 class Lerp(Function):

@@ -167,3 +167,13 @@ def float_input(a: Any, op: str) -> Tensor:
     require_tensor(a, op)
     return a if dtypes.is_floating(a.dtype) else cast_to(a, dtypes.default_float)
 
+
+def float_operands(a: Any, b: Any, op: str) -> tuple:
+    """``binary_operands`` for ops defined only on reals (true division, atan2,
+    logaddexp): two integer/bool operands become float32, as torch.div or torch.atan2 of
+    two int64 tensors."""
+    a, b = binary_operands(a, b, op)
+    if not any(isinstance(x, Tensor) and dtypes.is_floating(x.dtype) for x in (a, b)):
+        a, b = (float_input(x, op) if isinstance(x, Tensor) else float(x) for x in (a, b))
+    return a, b
+
