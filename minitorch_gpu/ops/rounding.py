@@ -137,6 +137,13 @@ def floor_divide(input: Any, other: Any) -> Tensor:  # noqa: A002
     return RoundedDivide.apply(*_division_operands(input, other, "floor_divide"), "floor")
 
 
+def _dividend_and_divisor_grads(ctx, grad) -> tuple:
+    """The gradients of a - b * q (remainder's q = floor(a / b), fmod's trunc(a / b),
+    saved by forward when b needs a gradient): grad for a, -grad * q for b."""
+    need_b = ctx.needs_input_grad[1]
+    return grad, (-grad * ctx.saved_tensors[0] if need_b else None)
+
+
 class Remainder(Function):
     """a - b * floor(a / b): the result has the divisor's sign (Python's ``%``)."""
 
@@ -151,9 +158,7 @@ class Remainder(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        need_a, need_b = ctx.needs_input_grad
-        quotient = ctx.saved_tensors[0] if need_b else None
-        return grad, (-grad * quotient if need_b else None)
+        return _dividend_and_divisor_grads(ctx, grad)
 
 
 def remainder(input: Any, other: Any) -> Tensor:  # noqa: A002
@@ -175,9 +180,7 @@ class Fmod(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        need_a, need_b = ctx.needs_input_grad
-        quotient = ctx.saved_tensors[0] if need_b else None
-        return grad, (-grad * quotient if need_b else None)
+        return _dividend_and_divisor_grads(ctx, grad)
 
 
 def fmod(input: Any, other: Any) -> Tensor:  # noqa: A002
