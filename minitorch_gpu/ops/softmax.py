@@ -29,6 +29,15 @@ def softmax_(x: Any, axis: int, xp: Any) -> Any:
     return x
 
 
+def _checked_input(a: Tensor, dim: int, op: str) -> tuple:
+    """``(a, axis)`` for softmax and log-softmax: a floating-point tensor (float32 under
+    autocast) and ``dim`` as a non-negative axis."""
+    require_tensor(a, op)
+    require_float(a, op)
+    a = autocast_float32(a)
+    return a, _wrap_dim(dim, a.ndim, op)
+
+
 class Softmax(Function):
     @staticmethod
     def forward(ctx, a, axis):
@@ -46,10 +55,7 @@ class Softmax(Function):
 
 
 def softmax(a: Tensor, dim: int) -> Tensor:
-    require_tensor(a, "softmax")
-    require_float(a, "softmax")
-    a = autocast_float32(a)
-    return Softmax.apply(a, _wrap_dim(dim, a.ndim, "softmax"))
+    return Softmax.apply(*_checked_input(a, dim, "softmax"))
 
 
 class LogSoftmax(Function):
@@ -73,7 +79,4 @@ class LogSoftmax(Function):
 
 
 def log_softmax(a: Tensor, dim: int) -> Tensor:
-    require_tensor(a, "log_softmax")
-    require_float(a, "log_softmax")
-    a = autocast_float32(a)
-    return LogSoftmax.apply(a, _wrap_dim(dim, a.ndim, "log_softmax"))
+    return LogSoftmax.apply(*_checked_input(a, dim, "log_softmax"))
