@@ -241,6 +241,11 @@ def all(a: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A
     return _truth(a, dim, keepdim, "all")
 
 
+def _reverse_cumsum(x: Any, axis: int, xp: Any) -> Any:
+    """``out[i] = x[i:].sum()`` along ``axis``."""
+    return xp.flip(xp.cumsum(xp.flip(x, axis), axis=axis), axis)
+
+
 class CumSum(Function):
     """Running sums along a dim. Input element i feeds outputs i, i+1, ...: its gradient
     is the output gradient summed from i to the end, a cumulative sum run backwards."""
@@ -256,8 +261,7 @@ class CumSum(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        xp, dim = ctx.xp, ctx.dim
-        return xp.flip(xp.cumsum(widened(xp.flip(grad, dim)), axis=dim), dim), None
+        return _reverse_cumsum(widened(grad), ctx.dim, ctx.xp), None
 
 
 def cumsum(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
@@ -267,18 +271,7 @@ def cumsum(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     >>> mt.cumsum(mt.tensor([1, 2, 3]), 0)
     tensor([1, 3, 6])
     """
-    require_tensor(a, "cumsum")
-    if dtype is not None:
-        a = to_dtype(a, dtype)
-    dim = _wrap_dim(dim, a.ndim, "cumsum")
-    if a.ndim == 0:  # one element: its own running sum
-        return cumsum(a.reshape(1), 0).reshape(())
-    return CumSum.apply(a, dim)
-
-
-def _reverse_cumsum(x: Any, axis: int, xp: Any) -> Any:
-    """``out[i] = x[i:].sum()`` along ``axis``."""
-    return xp.flip(xp.cumsum(xp.flip(x, axis), axis=axis), axis)
+    return _running(CumSum, a, dim, dtype, "cumsum")
 
 
 class CumProd(Function):
@@ -316,13 +309,19 @@ def cumprod(a: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     >>> mt.cumprod(mt.tensor([1, 2, 3]), 0)
     tensor([1, 2, 6])
     """
-    require_tensor(a, "cumprod")
+    return _running(CumProd, a, dim, dtype, "cumprod")
+
+
+def _running(scan: type, a: Tensor, dim: int, dtype: Any, op: str) -> Tensor:
+    """``scan`` (CumSum or CumProd) of ``a`` along ``dim``, after the checks and the cast
+    cumsum and cumprod share."""
+    require_tensor(a, op)
     if dtype is not None:
         a = to_dtype(a, dtype)
-    dim = _wrap_dim(dim, a.ndim, "cumprod")
-    if a.ndim == 0:
-        return cumprod(a.reshape(1), 0).reshape(())
-    return CumProd.apply(a, dim)
+    dim = _wrap_dim(dim, a.ndim, op)
+    if a.ndim == 0:  # one element: its own running sum or product
+        return scan.apply(a.reshape(1), 0).reshape(())
+    return scan.apply(a, dim)
 
 
 class LogSumExp(Function):
