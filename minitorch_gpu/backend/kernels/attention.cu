@@ -162,6 +162,37 @@ __device__ __forceinline__ void load_tile(float* tile, int stride, const T* src,
     }
 }
 
+// acc[t] += sum over the tile's TILE rows j of w_j * tile[j][lane + 32 t], where lane j of
+// the warp holds w_j in `w` (read with a shuffle) and `stride` is the tile's row stride:
+// the forward's p_j v_j and dq's dS_ij k_j. Every lane of the warp calls it.
+__device__ __forceinline__ void accumulate_rows(float (&acc)[DIMS_PER_LANE], float w,
+                                                const float* tile, int stride, int lane) {
+    for (int j = 0; j < TILE; ++j) {
+        const float w_j = __shfl_sync(FULL_MASK, w, j);
+        #pragma unroll
+        for (int t = 0; t < DIMS_PER_LANE; ++t) {
+            const int d = lane + WARP * t;
+            if (d < HEAD_DIM) acc[t] += w_j * tile[j * stride + d];
+        }
+    }
+}
+
+// Backward's recomputation for one visible (query i, key j) pair, from their rows of q, k,
+// dO and v and the query's saved lse and D: returns P_ij = exp(scale q_i . k_j - lse_i)
+// and sets ds to dS_ij = P_ij (dO_i . v_j - D_i). Used by both the dq and dkdv kernels.
+__device__ __forceinline__ float recompute_p(const float* q_i, const float* k_j,
+                                             const float* do_i, const float* v_j, float scale,
+                                             float lse_i, float delta_i, float& ds) {
+    float s = 0.0f, dp = 0.0f;
+    for (int d = 0; d < HEAD_DIM; ++d) {
+        s += q_i[d] * k_j[d];
+        dp += do_i[d] * v_j[d];
+    }
+    const float p = expf(s * scale - lse_i);
+    ds = p * (dp - delta_i);
+    return p;
+}
+
 // ---- forward --------------------------------------------------------------------------
 // Parallel decomposition: block (bh, tile) owns the BR = WARPS * FWD_ROWS query rows
 // tile * BR ... of problem bh; warp w owns FWD_ROWS of them, handled one after another. For
@@ -225,14 +256,7 @@ flash_attention_forward(const input_t* __restrict__ q, const input_t* __restrict
             l[r] = l[r] * alpha + warp_sum(p);
             #pragma unroll
             for (int t = 0; t < DIMS_PER_LANE; ++t) acc[r][t] *= alpha;
-            for (int j = 0; j < TILE; ++j) {
-                const float p_j = __shfl_sync(FULL_MASK, p, j);
-                #pragma unroll
-                for (int t = 0; t < DIMS_PER_LANE; ++t) {
-                    const int d = lane + WARP * t;
-                    if (d < HEAD_DIM) acc[r][t] += p_j * v_s[j][d];
-                }
-            }
+            accumulate_rows(acc[r], p, &v_s[0][0], HEAD_DIM, lane);
             m[r] = m_new;
         }
     }
@@ -334,23 +358,10 @@ flash_attention_backward_dq(const input_t* __restrict__ q, const input_t* __rest
             if (row >= L) break;
             const int key = kv0 + lane;
             float ds = 0.0f;  // dS for (row, key); 0 where masked
-            if (visible(row, key, S, causal)) {
-                float s = 0.0f, dp = 0.0f;
-                for (int d = 0; d < HEAD_DIM; ++d) {
-                    s += q_s[local][d] * k_s[lane][d];
-                    dp += do_s[local][d] * v_s[lane][d];
-                }
-                const float p = expf(s * scale - row_lse[r]);
-                ds = p * (dp - row_delta[r]);
-            }
-            for (int j = 0; j < TILE; ++j) {
-                const float ds_j = __shfl_sync(FULL_MASK, ds, j);
-                #pragma unroll
-                for (int t = 0; t < DIMS_PER_LANE; ++t) {
-                    const int d = lane + WARP * t;
-                    if (d < HEAD_DIM) acc[r][t] += ds_j * k_s[j][d];
-                }
-            }
+            if (visible(row, key, S, causal))
+                recompute_p(q_s[local], k_s[lane], do_s[local], v_s[lane], scale, row_lse[r],
+                            row_delta[r], ds);
+            accumulate_rows(acc[r], ds, &k_s[0][0], PADDED, lane);
         }
     }
 
@@ -426,15 +437,9 @@ flash_attention_backward_dkdv(const input_t* __restrict__ q, const input_t* __re
             if (key >= S) break;
             const int query = q0 + lane;
             float p = 0.0f, ds = 0.0f;  // P and dS for (query, key); 0 where masked
-            if (query < L && visible(query, key, S, causal)) {
-                float s = 0.0f, dp = 0.0f;
-                for (int d = 0; d < HEAD_DIM; ++d) {
-                    s += q_s[lane][d] * k_s[local][d];
-                    dp += do_s[lane][d] * v_s[local][d];
-                }
-                p = expf(s * scale - lse_s[lane]);
-                ds = p * (dp - delta_s[lane]);
-            }
+            if (query < L && visible(query, key, S, causal))
+                p = recompute_p(q_s[lane], k_s[local], do_s[lane], v_s[local], scale,
+                                lse_s[lane], delta_s[lane], ds);
             for (int i = 0; i < TILE; ++i) {
                 const float p_i = __shfl_sync(FULL_MASK, p, i);
                 const float ds_i = __shfl_sync(FULL_MASK, ds, i);
