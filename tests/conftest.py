@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 import minitorch_gpu as mt
@@ -35,6 +36,23 @@ def _fresh_seed_and_grad_mode():
     mt.manual_seed(0)
     yield
     mt.set_grad_enabled(True)
+
+
+# --- what the tests that train through the CLI share -------------------------------------
+def corpus_text(n_lines: int = 400) -> str:
+    """A small text corpus for char-level training runs, the same on every call."""
+    rng = np.random.default_rng(0)
+    words = ["the", "king", "queen", "said", "and", "to", "my", "lord", "good", "night"]
+    return "".join(" ".join(rng.choice(words, 8)) + ".\n" for _ in range(n_lines))
+
+
+def single_thread_environment(workdir) -> dict:
+    """The environment of a training process started by a test: one BLAS thread (the
+    tests run processes side by side), the data cache in ``workdir``, unbuffered output."""
+    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                      "MKL_NUM_THREADS")}
+    return {**os.environ, **threads, "MINITORCH_GPU_CACHE": str(workdir / "cache"),
+            "PYTHONUNBUFFERED": "1"}
 
 
 # --- a time limit per test ---------------------------------------------------------------

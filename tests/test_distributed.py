@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from minitorch_gpu import distributed
 from minitorch_gpu.checkpoint import read_checkpoint_meta
+from conftest import corpus_text, single_thread_environment
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"  # beside this Python: the venv's MPICH
 pytestmark = pytest.mark.skipif(
@@ -37,12 +37,6 @@ system: {{seed: 7, threads: 1, dist_timeout_s: {timeout}}}
 """
 
 
-def corpus_text(n_lines: int = 400) -> str:
-    rng = np.random.default_rng(0)
-    words = ["the", "king", "queen", "said", "and", "to", "my", "lord", "good", "night"]
-    return "".join(" ".join(rng.choice(words, 8)) + ".\n" for _ in range(n_lines))
-
-
 @pytest.fixture
 def workdir(tmp_path):
     (tmp_path / "corpus.txt").write_text(corpus_text())
@@ -58,17 +52,10 @@ def write_config(workdir: Path, *, iters: int = 8, interval: int = 4, accum: int
     return path
 
 
-def environment(workdir: Path) -> dict:
-    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                      "MKL_NUM_THREADS")}
-    return {**os.environ, **threads, "MINITORCH_GPU_CACHE": str(workdir / "cache"),
-            "PYTHONUNBUFFERED": "1"}
-
-
 def mpiexec(*args: str, workdir: Path, ranks: int = 2,
             timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([str(MPIEXEC), "-n", str(ranks), sys.executable, *map(str, args)],
-                          cwd=workdir, env=environment(workdir), capture_output=True,
+                          cwd=workdir, env=single_thread_environment(workdir), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -227,7 +214,7 @@ def start_training(workdir: Path, timeout: float) -> tuple:
     launcher.write_text(LAUNCHER)
     proc = subprocess.Popen([str(MPIEXEC), "-n", "2", sys.executable, str(launcher),
                              str(workdir), "train", str(config), "--progress", "lines"],
-                            cwd=workdir, env=environment(workdir), stdout=subprocess.PIPE,
+                            cwd=workdir, env=single_thread_environment(workdir), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     metrics = workdir / "ckpts" / "tiny" / "metrics.jsonl"
     deadline = time.monotonic() + 60
@@ -291,7 +278,7 @@ def test_a_nan_on_one_rank_stops_every_rank_and_rank_0_records_it(workdir):
     launcher.write_text(NAN_ON_RANK_1)
     done = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(launcher), "train",
                            str(config), "--progress", "lines"], cwd=workdir,
-                          env=environment(workdir), capture_output=True, text=True,
+                          env=single_thread_environment(workdir), capture_output=True, text=True,
                           timeout=120)
     assert done.returncode != 0
     assert "the loss became nan at iteration 3" in done.stderr

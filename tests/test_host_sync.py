@@ -23,6 +23,7 @@ from minitorch_gpu.backend.transfers import DeferredChecks
 from minitorch_gpu.config import load_config
 from minitorch_gpu.data import BatchSampler
 from minitorch_gpu.trainer import Trainer, TrainingDiverged
+from conftest import corpus_text
 
 F = mt.functional
 
@@ -233,10 +234,7 @@ def test_the_sampler_state_is_before_the_batch_it_drew_ahead(device):
 # --- the training loop ---------------------------------------------------------------------------
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    rng = np.random.default_rng(0)
-    words = ["the", "king", "queen", "said", "and", "to", "my", "lord", "good", "night"]
-    (tmp_path / "corpus.txt").write_text(
-        "".join(" ".join(rng.choice(words, 8)) + ".\n" for _ in range(300)))
+    (tmp_path / "corpus.txt").write_text(corpus_text(300))
     monkeypatch.setenv("MINITORCH_GPU_CACHE", str(tmp_path / "cache"))
     return tmp_path
 

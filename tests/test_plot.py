@@ -17,6 +17,7 @@ import pytest
 from minitorch_gpu.cli import main
 from minitorch_gpu.config import ConfigError, config_from_dict
 from minitorch_gpu.plot_runs import MetricsError, read_run, read_runs
+from conftest import corpus_text
 
 CONFIG = """\
 model: {{n_layer: 1, n_head: 2, n_embd: 16, block_size: 16}}
@@ -44,10 +45,7 @@ def cli(*args, cwd: Path, python_code: str = "") -> subprocess.CompletedProcess:
 def train(workdir: Path, name: str, *, lr: float = 3e-3, iters: int = 8,
           tensorboard: bool = False, extra=()) -> Path:
     if not (workdir / "corpus.txt").exists():
-        rng = np.random.default_rng(0)
-        words = ["the", "king", "queen", "said", "and", "to", "my", "lord", "good", "night"]
-        (workdir / "corpus.txt").write_text(
-            "".join(" ".join(rng.choice(words, 8)) + ".\n" for _ in range(400)))
+        (workdir / "corpus.txt").write_text(corpus_text())
     config = workdir / f"{name}.yaml"
     config.write_text(CONFIG.format(corpus=workdir / "corpus.txt", cache=workdir / "cache",
                                     ckpts=workdir / "ckpts", iters=iters, lr=lr,

@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from minitorch_gpu.atomic import TEMPORARY_NAME, atomic_write, remove_leftover_temporaries
 from minitorch_gpu.checkpoint import load_checkpoint
 from minitorch_gpu.config import load_config
 from minitorch_gpu.run_lock import LOCK_NAME, RunDirectoryInUse, lock_run_directory
+from conftest import corpus_text, single_thread_environment
 
 CONFIG = """\
 model: {{n_layer: 1, n_head: 2, n_embd: 16, block_size: 16, dropout: 0.0}}
@@ -72,12 +72,6 @@ entry_point()
 MPIEXEC = Path(sys.executable).parent / "mpiexec"  # the venv's MPICH (the dist extra)
 
 
-def corpus_text(n_lines: int = 400) -> str:
-    rng = np.random.default_rng(0)
-    words = ["the", "king", "queen", "said", "and", "to", "my", "lord", "good", "night"]
-    return "".join(" ".join(rng.choice(words, 8)) + ".\n" for _ in range(n_lines))
-
-
 @pytest.fixture
 def workdir(tmp_path):
     (tmp_path / "corpus.txt").write_text(corpus_text())
@@ -88,17 +82,10 @@ def workdir(tmp_path):
     return tmp_path
 
 
-def environment(workdir: Path) -> dict:
-    threads = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                      "MKL_NUM_THREADS")}
-    return {**os.environ, **threads, "MINITORCH_GPU_CACHE": str(workdir / "cache"),
-            "PYTHONUNBUFFERED": "1"}
-
-
 def start(workdir: Path, *args: str, launcher: tuple = ("-m", "minitorch_gpu"),
           prefix: tuple = ()) -> subprocess.Popen:
     return subprocess.Popen([*prefix, sys.executable, *launcher, *map(str, args)],
-                            cwd=workdir, env=environment(workdir), stdout=subprocess.PIPE,
+                            cwd=workdir, env=single_thread_environment(workdir), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

@@ -21,6 +21,7 @@ import pytest
 from minitorch_gpu.checkpoint import load_checkpoint
 from minitorch_gpu.config import load_config
 from minitorch_gpu.trainer import Trainer, TrainingDiverged, TrainingError
+from conftest import corpus_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,12 +33,6 @@ eval: {{interval: {interval}, iters: 2}}
 checkpoint: {{dir: {ckpts}}}
 system: {{seed: 7, dtype: {dtype}}}
 """
-
-
-def corpus_text(n_lines: int = 400) -> str:
-    rng = np.random.default_rng(0)
-    words = ["the", "king", "queen", "said", "and", "to", "my", "lord", "good", "night"]
-    return "".join(" ".join(rng.choice(words, 8)) + ".\n" for _ in range(n_lines))
 
 
 @pytest.fixture
