@@ -50,6 +50,7 @@ class RunDirectory:
         self.best = path / "best.ckpt"
         self.metrics = path / "metrics.jsonl"
         self._lock: Optional[RunLock] = None  # while claimed
+        self._made = False  # whether claim made the directory (release removes it if empty)
 
     def claim(self, resume: bool, overwrite: bool, log: Callable[[str], None]) -> None:
         """Lock the directory, then check it (the lock first, so that two trainers can't
@@ -63,6 +64,7 @@ class RunDirectory:
             raise RunDirectoryRefused(f"train.resume: there is no checkpoint to resume at "
                                       f"{self.last} (start the run without --resume)")
         try:
+            self._made = not self.path.exists()
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a file in the way, no permission, a read-only disk
             raise RunDirectoryRefused(f"checkpoint.dir: cannot make the run directory "
@@ -110,10 +112,18 @@ class RunDirectory:
                 f"writing {self.path} at the same time")
 
     def release(self) -> None:
-        """Unlock the directory (nothing when it is not locked)."""
+        """Unlock the directory (nothing when it is not locked). A directory this claim
+        made and nothing was written into (a run refused before it began: the memory check,
+        a bad corpus) goes too, so a refused first run leaves no empty run behind."""
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+        if self._made:
+            self._made = False
+            try:
+                self.path.rmdir()  # only when empty: a run that wrote anything keeps it
+            except OSError:
+                pass
 
     def start_afresh(self) -> None:
         """Remove an old run's checkpoints and metrics: no file of it stays in a new run."""

@@ -420,6 +420,22 @@ def test_the_flag_lets_a_run_the_limit_refuses_go_ahead(workdir):
     assert done.returncode == 0 and len(done.stdout) > 1, done.stderr
 
 
+def test_a_refused_first_run_leaves_no_run_directory_and_a_refused_rerun_keeps_its_run(
+        workdir):
+    tight = ("--set", "system.memory_limit_gb=0.000001")  # 1 kB
+    run_dir = workdir / "ckpts" / "tiny"
+    refused = run_cli("train", "tiny.yaml", *tight, cwd=workdir)
+    assert_one_line_refusal(refused, "over the 1.0 kB set by system.memory_limit_gb")
+    assert not run_dir.exists()
+    assert (workdir / "ckpts").is_dir()  # checkpoint.dir itself may hold other runs
+    done = run_cli("train", "tiny.yaml", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    before = sorted(p.name for p in run_dir.iterdir())
+    refused = run_cli("train", "tiny.yaml", *tight, "--overwrite", cwd=workdir)
+    assert_one_line_refusal(refused, "over the 1.0 kB set by system.memory_limit_gb")
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
 # --- MemoryError as one line ----------------------------------------------------------------
 def test_an_allocation_past_the_ceiling_in_train_is_one_line(workdir):
     """--ignore-memory-check lets a 40,000-wide model through; the first weight matrix
