@@ -62,7 +62,7 @@ def test_the_cast_op_rounds_with_it_and_keeps_shape(device):
     assert y.dtype == BF16 and y.shape == (2, 2)
     expected = float32_to_bfloat16(np.array([[1 + 2 ** -8, np.nan], [2.5, -3e38]],
                                             dtype=np.float32))
-    assert_same_bf16(y.numpy(), expected)
+    assert_same_bf16(y.cpu().numpy(), expected)
     assert mt.tensor(1.5).to(BF16).shape == ()
 
 
@@ -87,7 +87,7 @@ def test_the_gpu_cast_is_the_bit_exact_rounding():
         x = mt.tensor(values.reshape(shape), device="cuda")
         y = (x.T if x.ndim == 2 else x).to(BF16)  # a non-contiguous input too
         expected = float32_to_bfloat16(values.reshape(shape))
-        assert_same_bf16(y.numpy(), expected.T if x.ndim == 2 else expected)
+        assert_same_bf16(y.cpu().numpy(), expected.T if x.ndim == 2 else expected)
 
 
 # --- autocast ---------------------------------------------------------------------------
@@ -110,11 +110,11 @@ def test_autocast_lowers_matmuls_and_keeps_reductions_in_float32(device):
     assert (y.dtype, z.dtype, att.dtype) == (BF16, BF16, BF16)
     assert (ln.dtype, sm.dtype, loss.dtype, plain.dtype) == (mt.float32,) * 4
     # the product runs on bf16-rounded operands with float32 accumulation
-    xb = float32_to_bfloat16(x.detach().numpy()).astype(np.float32)
-    wb = float32_to_bfloat16(w.detach().numpy()).astype(np.float32)
-    bb = float32_to_bfloat16(b.detach().numpy()).astype(np.float32)
+    xb = float32_to_bfloat16(x.detach().cpu().numpy()).astype(np.float32)
+    wb = float32_to_bfloat16(w.detach().cpu().numpy()).astype(np.float32)
+    bb = float32_to_bfloat16(b.detach().cpu().numpy()).astype(np.float32)
     expected = float32_to_bfloat16(xb @ wb.T + bb).astype(np.float32)
-    np.testing.assert_allclose(y.detach().numpy().astype(np.float32), expected, rtol=2 ** -7)
+    np.testing.assert_allclose(y.detach().cpu().numpy().astype(np.float32), expected, rtol=2 ** -7)
     # the leaves' gradients come back in their own dtype, float32
     loss.backward()
     assert (x.grad.dtype, w.grad.dtype, b.grad.dtype) == (mt.float32,) * 3
@@ -163,7 +163,7 @@ def test_a_gpt_in_bf16_stays_close_to_float32():
     idx, targets = mt.randint(0, 65, (8, 32)), mt.randint(0, 65, (8, 32))
     _, loss32 = model(idx, targets)
     loss32.backward()
-    grads32 = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+    grads32 = {n: p.grad.cpu().numpy().copy() for n, p in model.named_parameters()}
     model.zero_grad()
     with mt.autocast("bf16"):
         logits, loss16 = model(idx, targets)
@@ -172,7 +172,7 @@ def test_a_gpt_in_bf16_stays_close_to_float32():
     assert float(loss16) == pytest.approx(float(loss32), rel=1e-2)
     for name, p in model.named_parameters():
         assert p.dtype == mt.float32 and p.grad.dtype == mt.float32  # master weights
-        error = np.linalg.norm(p.grad.numpy() - grads32[name]) / np.linalg.norm(grads32[name])
+        error = np.linalg.norm(p.grad.cpu().numpy() - grads32[name]) / np.linalg.norm(grads32[name])
         assert error < 0.03, (name, error)
 
 
@@ -185,8 +185,8 @@ def test_batched_bf16_products_on_each_device(device):
     b = mt.randn(2, 3, 8, 4, device=device).to(BF16)
     out = a @ b
     assert out.dtype == BF16 and out.shape == (2, 3, 5, 4)
-    expected = a.float().numpy() @ b.float().numpy()
-    np.testing.assert_allclose(out.float().numpy(), expected, rtol=2 ** -7, atol=1e-6)
+    expected = a.float().cpu().numpy() @ b.float().cpu().numpy()
+    np.testing.assert_allclose(out.float().cpu().numpy(), expected, rtol=2 ** -7, atol=1e-6)
     q = mt.randn(2, 2, 6, 8, device=device, requires_grad=True)
     with mt.autocast("bf16"):
         y = F.scaled_dot_product_attention(q, q, q, is_causal=True, dropout_p=0.1)

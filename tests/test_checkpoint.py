@@ -227,18 +227,6 @@ def test_a_gpu_generator_state_is_stored_as_bytes_not_base64_text(tmp_path):
             ("exact", 16, RAW_CUDA_STATE)
 
 
-def as_version_1(path) -> None:
-    """Rewrite a checkpoint whose metadata holds no arrays in the layout of format version
-    1, as minitorch-gpu wrote it before meta arrays: meta.json is the encoded metadata."""
-    with zipfile.ZipFile(path) as archive:
-        members = {name: archive.read(name) for name in archive.namelist()}
-    saved = json.loads(members["meta.json"])
-    assert saved["arrays"] == []
-    members["format.json"] = json.dumps({"format": "minitorch-gpu-checkpoint", "version": 1})
-    members["meta.json"] = json.dumps(saved["tree"])
-    write_zip(path, members)
-
-
 def test_the_file_is_safetensors_with_its_data_aligned(tmp_path):
     arrays = {"flag": np.array([True]), "half": np.ones(3, np.float16), "w": np.ones(3),
               "b": np.ones(5, np.int8), "x": np.ones(3, np.float32)}

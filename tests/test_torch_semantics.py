@@ -128,8 +128,8 @@ def test_integer_sums_are_int64(device):
     (lambda f, i: np.float64(2.0) * f, "float32"),
     (lambda f, i: f + np.int64(1), "float32"),
     (lambda f, i: i.to(mt.int32) + np.int64(1), "int32"),
-    (lambda f, i: f * mt.tensor(2.0, dtype="float64"), "float32"),  # 0-d doesn't widen
-    (lambda f, i: f * mt.tensor([2.0], dtype="float64"), "float64"),
+    (lambda f, i: f * mt.tensor(2.0, dtype="float64", device=f.device), "float32"),  # 0-d keeps float32
+    (lambda f, i: f * mt.tensor([2.0], dtype="float64", device=f.device), "float64"),
     (lambda f, i: i.to(mt.bfloat16) * i, "bfloat16"),
     (lambda f, i: i.exp(), "float32"),
     (lambda f, i: i.sigmoid(), "float32"),
