@@ -369,7 +369,7 @@ STEPS = [
          "sees it", env_command, env_figure),
     Step("tests", 70, "tests.log", "kernel, amp, backend and kernel-dispatch tests on cuda",
          tests_command, pytest_figure, test_timeout_s=40),
-    Step("bench", 45, "bench.log", "GPT-2 124M training step, bf16, batch 16 x 1024",
+    Step("bench", 55, "bench.log", "GPT-2 124M training step, bf16, batch 16 x 1024",
          bench_command, bench_figure),
     Step("train", 70, "train.log", "shakespeare_char_gpu.yaml in bf16, 300 iterations",
          train_command, train_figure, after=append_metrics,
@@ -378,7 +378,7 @@ STEPS = [
          profile_command, profile_figure),
     Step("memcheck", 45, "sanitizer.log", "compute-sanitizer memcheck over the kernel tests",
          memcheck_command, sanitizer_figure, test_timeout_s=120),
-    Step("rest", 60, "tests_rest.log", "the rest of the cuda op table (pytest -m cuda)",
+    Step("rest", 50, "tests_rest.log", "the rest of the cuda op table (pytest -m cuda)",
          rest_command, pytest_figure, test_timeout_s=30),
     Step("racecheck", 20, "sanitizer.log", "compute-sanitizer racecheck over four kernel "
          "tests", racecheck_command, sanitizer_figure, test_timeout_s=120),
