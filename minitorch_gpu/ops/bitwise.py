@@ -11,9 +11,9 @@ from .promotion import binary_operands
 
 
 def _require_integral(op: str, *operands: Any) -> None:
-    for x in operands:
-        dtype = x.dtype if isinstance(x, Tensor) else type(x)
-        if (x.dtype.kind not in "iub") if isinstance(x, Tensor) else isinstance(x, float):
+    for x in operands:  # a Tensor, or a Python number the promotion left as it is
+        if isinstance(x, float) or (isinstance(x, Tensor) and x.dtype.kind not in "iub"):
+            dtype = x.dtype if isinstance(x, Tensor) else type(x)
             raise TypeError(f"{op}: expected integer or bool operands, got {dtype}; compare "
                             "first to get a bool mask (e.g. (x > 0) & (x < 1))")
 
