@@ -26,7 +26,7 @@ from ..autograd import Function
 from ..backend import dtypes
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
-from ._util import check_broadcast, require_float, require_tensor, unbroadcast, widened
+from ._util import check_broadcast, require_float, require_tensor, widened
 from .attention_tiled import tiled_attention_backward, tiled_attention_forward
 from .promotion import autocast_lower
 from .softmax import softmax_
@@ -181,15 +181,16 @@ def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v
                 d *= ctx.scale
 
         run_split(softmax_backward, row_pieces(d_scores))
-        if need_mask:  # dS before the scale: the mask is added to the scaled scores
-            grad_mask = d_scores
-            if need_q or need_k:
-                grad_mask = d_scores.copy()
-                d_scores *= ctx.scale
+        if need_mask:  # dS before the scale (the mask is added to the scaled scores); the
+            grad_mask = d_scores  # scale then goes on the (L, E) products, not a copy of dS
         if need_q:
             grad_q = matmul(d_scores, k, out=out_q)
+            if need_mask:
+                grad_q *= ctx.scale
         if need_k:
             grad_k = matmul(xp.swapaxes(d_scores, -1, -2), q, out=out_k)
+            if need_mask:
+                grad_k *= ctx.scale
     if need_mask:
         return grad_q, grad_k, grad_v, grad_mask
     return grad_q, grad_k, grad_v
@@ -204,9 +205,10 @@ def _into(out, array):
 
 
 class ScaledDotProductAttention(Function):
+    broadcasts = True  # k, v over q's group dim (grouped-query), a mask over batch and heads
+
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, scale, dropout_p):
-        ctx.mask_shape = None if mask is None else mask.shape
         result, saved = _attend(ctx, q, k, v, mask, causal, scale, dropout_p)
         ctx.save_for_backward(q, k, v, *saved)
         return result
@@ -217,12 +219,7 @@ class ScaledDotProductAttention(Function):
         need_mask = ctx.needs_input_grad[3]  # a float attn_mask that requires grad
         grads = _attend_backward(ctx, q, k, v, saved, grad, *ctx.needs_input_grad[:3],
                                  need_mask=need_mask)
-        grad_q, grad_k, grad_v = grads[:3]
-        return (unbroadcast(grad_q, q.shape) if grad_q is not None else None,
-                unbroadcast(grad_k, k.shape) if grad_k is not None else None,
-                unbroadcast(grad_v, v.shape) if grad_v is not None else None,
-                unbroadcast(grads[3], ctx.mask_shape) if need_mask else None,
-                None, None, None)
+        return (*grads[:3], grads[3] if need_mask else None, None, None, None)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,

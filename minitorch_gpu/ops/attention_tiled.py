@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional, Tuple
 
+from ..autograd import unbroadcast
+
 Matmul = Callable[[Any, Any], Any]
 
 
@@ -109,24 +111,14 @@ def tiled_attention_backward(xp: Any, matmul: Matmul, q: Any, k: Any, v: Any, ou
                 xp.copyto(s, -xp.inf, where=future)
             s -= lse_blk
             p = xp.exp(s, out=s)  # the forward's weights, recomputed
-            _add_summed(xp, grad_v[..., k0:k1, :],
-                        matmul(xp.swapaxes(p, -1, -2), grad_blk))  # (..., bk, Ev)
+            gv = grad_v[..., k0:k1, :]  # k and v may broadcast over q's group dim
+            gv += unbroadcast(matmul(xp.swapaxes(p, -1, -2), grad_blk), gv.shape)  # (.., bk, Ev)
             ds = matmul(grad_blk, v_t[..., k0:k1])  # dP (..., bq, bk)
             ds -= delta_blk
             ds *= p  # dS without the scale
             dq += matmul(ds, k[..., k0:k1, :])  # (..., bq, E)
-            _add_summed(xp, grad_k[..., k0:k1, :],
-                        matmul(xp.swapaxes(ds, -1, -2), q_blk))  # (..., bk, E)
+            gk = grad_k[..., k0:k1, :]
+            gk += unbroadcast(matmul(xp.swapaxes(ds, -1, -2), q_blk), gk.shape)  # (..., bk, E)
         xp.multiply(dq, scale, out=grad_q[..., q0:q1, :])
     return grad_q, grad_k, grad_v
 
-
-def _add_summed(xp: Any, target: Any, update: Any) -> None:
-    """target += update, where k and v broadcast over q's batch (grouped-query attention's
-    group dim): the update is summed over the dims the target holds once."""
-    if update.shape != target.shape:
-        lead = update.ndim - target.ndim
-        axes = tuple(range(lead)) + tuple(
-            lead + i for i, n in enumerate(target.shape) if n == 1 and update.shape[lead + i] != 1)
-        update = update.sum(axis=axes, keepdims=True).reshape(target.shape)
-    target += update

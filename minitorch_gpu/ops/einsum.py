@@ -16,7 +16,7 @@ import math
 import string
 from typing import Any, List, Sequence, Tuple
 
-from ..autograd import Function
+from ..autograd import Function, unbroadcast
 from ..tensor import Tensor
 from ._util import require_tensor
 from .promotion import promote_operands
@@ -117,11 +117,6 @@ def _contract(backend: Any, a: Any, sa: str, b: Any, sb: str, out: str, sizes: d
     return xp.transpose(product, [order.index(c) for c in out])
 
 
-def _unbroadcast_to(xp: Any, grad: Any, shape: tuple) -> Any:
-    axes = tuple(i for i, (g, n) in enumerate(zip(grad.shape, shape)) if n == 1 and g != 1)
-    return grad.sum(axis=axes, keepdims=True) if axes else grad
-
-
 class EinsumPair(Function):
     """einsum of two operands, one batched matmul each way."""
 
@@ -136,16 +131,15 @@ class EinsumPair(Function):
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
         sa, sb, out, sizes = ctx.subs
-        xp = ctx.xp
         need_a, need_b = ctx.needs_input_grad[:2]
         grad_a = grad_b = None
         if need_a:  # every index of a is in b or out (the wrapper summed the others)
             full = "".join(c for c in sa)
-            grad_a = _unbroadcast_to(xp, _contract(ctx.backend, grad, out, b, sb, full, sizes),
-                                     a.shape).astype(a.dtype, copy=False)
+            grad_a = unbroadcast(_contract(ctx.backend, grad, out, b, sb, full, sizes),
+                                 a.shape).astype(a.dtype, copy=False)
         if need_b:
-            grad_b = _unbroadcast_to(xp, _contract(ctx.backend, grad, out, a, sa, sb, sizes),
-                                     b.shape).astype(b.dtype, copy=False)
+            grad_b = unbroadcast(_contract(ctx.backend, grad, out, a, sa, sb, sizes),
+                                 b.shape).astype(b.dtype, copy=False)
         return grad_a, grad_b, None, None, None, None
 
 
