@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import string
 from pathlib import Path
 from typing import IO, Iterator, Optional, Tuple
@@ -63,6 +64,12 @@ def atomic_write(path: Path, mode: str = "wb", *,
             temporary.unlink()
         raise
     _fsync_directory(path.parent)
+
+
+def atomic_copy(source: Path, target: Path) -> None:
+    """Replace ``target`` with a byte copy of ``source``, as atomically as ``atomic_write``."""
+    with open(source, "rb") as src, atomic_write(target) as dst:
+        shutil.copyfileobj(src, dst, 16 << 20)
 
 
 def remove_leftover_temporaries(directory: Path) -> Tuple[int, int]:

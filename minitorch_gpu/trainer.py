@@ -37,6 +37,7 @@ import numpy as np
 from . import backend as backend_module
 from . import distributed
 from .amp import autocast
+from .atomic import atomic_copy
 from .autograd import no_grad
 from .backend import dtypes, get_backend, manual_seed
 from .checkpoint import CheckpointError, save_checkpoint
@@ -48,15 +49,12 @@ from .machine import matmul_peak_flops, set_num_threads
 from .memory import MemoryLimitError
 from .model_from_config import build_model, check_training_memory, gpt_config, weight_dtype
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
-# run_directory: importable from here, its home before the restructure (in __all__)
 from .run_directory import MetricsLog, RunDirectory, run_directory
-# TrainResult: importable from here, its home before the restructure (in __all__)
 from .run_state import (ResumeRefused, TrainResult, checkpoint_meta, load_optimizer_moments,
                         load_resumable, resumed_progress)
 from .tensorboard_log import TENSORBOARD_HINT, tensorboard_available
 
-__all__ = ["Trainer", "TrainResult", "TrainingDiverged", "TrainingError", "TrainingRefused",
-           "run_directory"]
+__all__ = ["Trainer", "TrainingDiverged", "TrainingError", "TrainingRefused"]
 
 
 class TrainingError(RuntimeError):
@@ -108,8 +106,6 @@ class Trainer:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.overwrite = overwrite
         self.directory = RunDirectory(run_directory(cfg))  # rank 0 locks it while fit runs
-        self.run_dir, self.last_path, self.best_path = (
-            self.directory.path, self.directory.last, self.directory.best)
         self.metrics = MetricsLog(self.directory.metrics)  # rank 0 writes it
 
     # --- set-up -------------------------------------------------------------------------
@@ -227,7 +223,7 @@ class Trainer:
 
     def _resume(self) -> None:
         try:
-            ckpt, ranks = load_resumable(self.last_path, self.model_config,
+            ckpt, ranks = load_resumable(self.directory.last, self.model_config,
                                          self.group.world_size, self.tokenizer,
                                          self.data.directory)
         except CheckpointError as exc:
@@ -236,13 +232,13 @@ class Trainer:
             raise TrainingError(str(exc)) from None
         self.model.load_state_dict(ckpt.model)
         load_optimizer_moments(self.optimizer, ckpt.optimizer)
-        self.iter_num, self.evaluated_at, self.best_val_loss = resumed_progress(ckpt.meta,
-                                                                                self.best_path)
+        self.iter_num, self.evaluated_at, self.best_val_loss = resumed_progress(
+            ckpt.meta, self.directory.best)
         backend_module.set_rng_state(ranks[self.group.rank]["rng"])
         self.sampler.load_state_dict(ranks[self.group.rank]["sampler"])
         if self.group.is_main:
             self.metrics.drop_after(self.iter_num)
-        self.log(f"resumed {self.last_path} at iteration {self.iter_num} "
+        self.log(f"resumed {self.directory.last} at iteration {self.iter_num} "
                  f"(best val loss {self.best_val_loss:.4f})")
 
     # --- measuring ----------------------------------------------------------------------
@@ -310,7 +306,7 @@ class Trainer:
             self.directory.write_text("tokenizer.json", self.tokenizer_json)
             if cfg.logging.tensorboard:
                 try:
-                    self.metrics.open_tensorboard(self.run_dir / "tensorboard",
+                    self.metrics.open_tensorboard(self.directory.path / "tensorboard",
                                                   self.iter_num if t.resume else None)
                 except RuntimeError as exc:  # installed, yet it does not import
                     raise TrainingError(str(exc)) from None
@@ -321,7 +317,7 @@ class Trainer:
         ranks = f" x {group.world_size} ranks" if group.world_size > 1 else ""
         self.log(f"training: {t.max_iters} iterations of {self.tokens_per_iter:,} tokens "
                  f"(batch {t.batch_size} x {t.grad_accum_steps} accumulation x context "
-                 f"{cfg.model.block_size}{ranks}); writing to {self.run_dir}")
+                 f"{cfg.model.block_size}{ranks}); writing to {self.directory.path}")
 
         from tqdm import tqdm
         bar = tqdm(total=t.max_iters, initial=self.iter_num, disable=not self.progress,
@@ -369,10 +365,10 @@ class Trainer:
                     window_start, window_losses = time.perf_counter(), []
                 if interrupted:
                     window_losses += self._read_steps()  # no checkpoint after a NaN
-                    self._save(self.last_path, self._meta())
+                    self._save(self.directory.last, self._meta())
                     # no rank leaves (and ends the job) while rank 0 is still writing
                     group.barrier("saving the checkpoint")
-                    say(f"interrupted at iteration {self.iter_num}: saved {self.last_path} "
+                    say(f"interrupted at iteration {self.iter_num}: saved {self.directory.last} "
                         f"(continue with --resume)")
                     status = "interrupted"
                     break
@@ -386,10 +382,10 @@ class Trainer:
             stop.restore()
         seconds = time.perf_counter() - started
         return TrainResult(
-            run_dir=self.run_dir, iterations=self.iter_num, status=status,
+            run_dir=self.directory.path, iterations=self.iter_num, status=status,
             best_val_loss=self.best_val_loss,
-            last_checkpoint=self.last_path if self.last_path.exists() else None,
-            best_checkpoint=self.best_path if self.best_path.exists() else None,
+            last_checkpoint=self.directory.last if self.directory.last.exists() else None,
+            best_checkpoint=self.directory.best if self.directory.best.exists() else None,
             train_loss=last["train"], val_loss=last["val"], seconds=seconds)
 
     @np.errstate(**QUIET_FLOATS)
@@ -450,8 +446,8 @@ class Trainer:
         at = self.iter_num if at is None else at
         self.optimizer.zero_grad()
         self._write_metrics({"type": "error", "iter": at, "error": f"{what} is {value}"})
-        where = (f"the last good checkpoint, {self.last_path}, is intact"
-                 if self.last_path.exists() else "no checkpoint had been written yet")
+        where = (f"the last good checkpoint, {self.directory.last}, is intact"
+                 if self.directory.last.exists() else "no checkpoint had been written yet")
         read = (f" (losses are read from the device every train.log_interval iterations; "
                 f"this one was read at iteration {self.iter_num})"
                 if self.iter_num > at + 1 else "")
@@ -472,12 +468,15 @@ class Trainer:
         saved = []
         meta = self._meta()
         if improved:
-            self._save(self.best_path, meta)
-            saved.append(self.best_path.name)
+            self._save(self.directory.best, meta)
+            saved.append(self.directory.best.name)
         if self.cfg.checkpoint.always_save or self.iter_num == self.cfg.train.max_iters \
-                or not self.last_path.exists():
-            self._save(self.last_path, meta)
-            saved.append(self.last_path.name)
+                or not self.directory.last.exists():
+            if improved and self.group.is_main:  # the same bytes: copied, not encoded again
+                atomic_copy(self.directory.best, self.directory.last)
+            else:
+                self._save(self.directory.last, meta)
+            saved.append(self.directory.last.name)
         return f" -> saved {', '.join(saved)}" if saved else ""
 
     def _log_train(self, loss: float, lr: float, iters: int, elapsed: float, bar: Any,
