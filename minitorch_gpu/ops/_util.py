@@ -137,3 +137,16 @@ def widened(x: Any) -> Any:
     """``x`` in float32 when it is bf16/fp16 (the dtype to compute in, as PyTorch's "opmath"
     does), else ``x`` itself. Results are rounded back to the input's dtype by the op."""
     return x.astype(dtypes.float32) if x.dtype in dtypes.NARROW_FLOATS else x
+
+
+def sigmoid_into(xp: Any, x: Any, s: Any, scratch: Any) -> None:
+    """sigmoid(x) into ``s``, as exp(min(x, 0)) / (1 + exp(-|x|)): exp never overflows and
+    the tail keeps its relative accuracy (0.5 (1 + tanh(x / 2)) rounds silu(-20) to 0 in
+    float32). ``scratch`` is a buffer of x's shape, overwritten."""
+    xp.minimum(x, 0, out=s)
+    xp.exp(s, out=s)
+    xp.abs(x, out=scratch)
+    xp.negative(scratch, out=scratch)
+    xp.exp(scratch, out=scratch)
+    scratch += 1
+    s /= scratch

@@ -16,7 +16,7 @@ from typing import Any
 from ..autograd import Function
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
-from ._util import require_float, require_tensor, widened
+from ._util import require_float, require_tensor, sigmoid_into, widened
 from .promotion import float_input
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -29,19 +29,6 @@ def _float_activation(a: Any, op: str) -> Tensor:
     require_tensor(a, op)
     require_float(a, op)
     return a
-
-
-def _sigmoid_into(xp: Any, x: Any, s: Any, scratch: Any) -> None:
-    """sigmoid(x) into ``s``, as exp(min(x, 0)) / (1 + exp(-|x|)): exp never overflows and
-    the tail keeps its relative accuracy (0.5 (1 + tanh(x / 2)) rounds silu(-20) to 0 in
-    float32). ``scratch`` is a buffer of x's shape, overwritten."""
-    xp.minimum(x, 0, out=s)
-    xp.exp(s, out=s)
-    xp.abs(x, out=scratch)
-    xp.negative(scratch, out=scratch)
-    xp.exp(scratch, out=scratch)
-    scratch += 1
-    s /= scratch
 
 
 class Relu(Function):
@@ -202,7 +189,7 @@ class Silu(Function):
 
         def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
             x_, s = x[r], out[r]
-            _sigmoid_into(xp, x_, s, scratch[r])
+            sigmoid_into(xp, x_, s, scratch[r])
             if need_grad:
                 d = local[r]
                 xp.subtract(1, s, out=d)
@@ -376,7 +363,7 @@ class Mish(Function):
         xp.tanh(t, out=t)
         if ctx.needs_input_grad[0]:
             local = xp.empty_like(x)
-            _sigmoid_into(xp, x, local, xp.empty_like(x))
+            sigmoid_into(xp, x, local, xp.empty_like(x))
             local *= x
             local *= 1 - t * t
             local += t

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor
-from ._util import check_broadcast, require_float, require_tensor, unbroadcast
+from ._util import check_broadcast, require_float, require_tensor, sigmoid_into, unbroadcast
 from .promotion import autocast_float32
 from .softmax import working_copy
 
@@ -283,12 +283,6 @@ def _same_shape_target(input: Tensor, target: Any, op: str) -> Tensor:  # noqa: 
     return target if dtypes.is_floating(target.dtype) else target.to(input.dtype)
 
 
-def _sigmoid(xp: Any, z: Any) -> Any:
-    """1 / (1 + exp(-z)) without overflow for large |z|."""
-    e = xp.exp(-xp.abs(z))
-    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
 class BinaryCrossEntropyWithLogits(Function):
     """(1 - t) x + (1 + (pw - 1) t) softplus(-x), elementwise, with softplus(-x) written
     as log1p(exp(-|x|)) + max(-x, 0), which never overflows:
@@ -311,7 +305,9 @@ class BinaryCrossEntropyWithLogits(Function):
         grad_x = grad_t = grad_pw = None
         if need_x:
             coeff = 1.0 + (pos_weight - 1.0) * t if pos_weight is not None else 1.0
-            grad_x = grad * ((1.0 - t) - coeff * _sigmoid(xp, -x))
+            sig_neg = xp.empty_like(x)  # sigmoid(-x)
+            sigmoid_into(xp, -x, sig_neg, xp.empty_like(x))
+            grad_x = grad * ((1.0 - t) - coeff * sig_neg)
         if need_t:
             extra = (pos_weight - 1.0) * softplus_neg if pos_weight is not None else 0.0
             grad_t = grad * (extra - x)
