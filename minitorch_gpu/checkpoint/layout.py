@@ -41,7 +41,6 @@ class TreePart:
 class Layout:
     """A checkpoint's __metadata__, parsed: what each part is made of."""
 
-    version: int
     meta: TreePart
     model_keys: List[str]
     tied: Dict[str, str]  # state-dict key -> the key whose tensor it shares
@@ -106,7 +105,7 @@ def read_version(metadata: Mapping[str, str]) -> Optional[int]:
     return int(version)
 
 
-def parse_layout(metadata: Mapping[str, str], version: int) -> Layout:
+def parse_layout(metadata: Mapping[str, str]) -> Layout:
     """The parts of a checkpoint from its __metadata__; ValueError naming what is wrong."""
     meta = _tree_part(metadata, "meta", dict)
     optimizer = _tree_part(metadata, "optimizer", (dict, type(None)))
@@ -119,7 +118,7 @@ def parse_layout(metadata: Mapping[str, str], version: int) -> Layout:
             key in keys and isinstance(to, str) and to in keys and to not in tied
             for key, to in tied.items()):
         raise ValueError("its metadata's model 'tied' is not a map of its keys to untied keys")
-    return Layout(version, meta, keys, tied, optimizer)
+    return Layout(meta, keys, tied, optimizer)
 
 
 def _json_entry(metadata: Mapping[str, str], name: str) -> Dict[str, Any]:

@@ -146,7 +146,7 @@ def _layout(header: Header, name: str) -> Layout:
     for entry in ("crc32", "header_crc32"):
         if entry not in header.metadata:
             raise ValueError(f"its metadata has no {entry!r}: its data can't be checked")
-    layout = parse_layout(header.metadata, version)
+    layout = parse_layout(header.metadata)
     listed = layout.meta.arrays + [f"model.{key}" for key in layout.model_keys
                                    if key not in layout.tied] + layout.optimizer.arrays
     seen = set()
@@ -168,12 +168,8 @@ def _info(header: Header, layout: Layout, key: str) -> Tuple[np.dtype, Tuple[int
 
 
 def _read_tree(file: BinaryIO, header: Header, part: TreePart) -> Any:
-    """A part's tree decoded with its tensors read (a tensor listed twice read once)."""
-    arrays: Dict[str, np.ndarray] = {}
-    for tensor in part.arrays:
-        if tensor not in arrays:
-            arrays[tensor] = read_tensor(file, header, tensor)
-    return decode_tree(part.tree, [arrays[tensor] for tensor in part.arrays])
+    """A part's tree decoded with its tensors read (each listed once: ``_layout`` checks)."""
+    return decode_tree(part.tree, [read_tensor(file, header, t) for t in part.arrays])
 
 
 def _read_checkpoint(path: Path, read: Callable[[BinaryIO, int, str], T]) -> T:
