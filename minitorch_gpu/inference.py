@@ -87,12 +87,11 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
     if model_config.vocab_size > vocab and not keep_padding:
         # a vocabulary padded past the tokenizer's (model.pad_vocab_to, as nanoGPT's 50304):
         # the padding ids decode to nothing, so they are cut from the model and never drawn
-        # (sampling among the real tokens, as if the padding's logits were -inf)
-        if all(getattr(weights.get(key), "shape", (None,))[0] == model_config.vocab_size
-               for key in VOCAB_ROWS):
-            weights = {key: value[:vocab] if key in VOCAB_ROWS else value
-                       for key, value in weights.items()}
-            model_config = dataclasses.replace(model_config, vocab_size=vocab)
+        # (sampling among the real tokens, as if the padding's logits were -inf); their
+        # shapes were checked against model_config before anything was read
+        weights = {key: value[:vocab] if key in VOCAB_ROWS else value
+                   for key, value in weights.items()}
+        model_config = dataclasses.replace(model_config, vocab_size=vocab)
     model = build_model(model_config, DTYPES.get(meta.get("dtype"), dtypes.float32))
     try:
         model.load_state_dict(weights)
