@@ -68,7 +68,8 @@ from .backend import dtypes
 from .ops.attention import DENSE_MAX_BYTES, TILED_FROM
 
 __all__ = ["Workload", "MemoryEstimate", "MemoryLimit", "MemoryLimitError",
-           "estimate_memory", "memory_limit", "check_memory", "format_bytes",
+           "estimate_memory", "memory_limit", "check_memory", "workload", "check_workload",
+           "format_bytes",
            "gpt_state_shapes", "gpt_state_shape", "gpt_state_count", "gpt_parameter_count",
            "check_gpt_arrays", "LIMIT_VARIABLE"]
 
@@ -390,6 +391,26 @@ def check_memory(estimate: MemoryEstimate, limit: MemoryLimit,
     raise MemoryLimitError(f"{estimate.what} about {format_bytes(total)} "
                            f"({', '.join(shown)}{driven}), over the {limit.describe()}; "
                            f"{advice}")
+
+
+def workload(task: str, config: Any, **settings: Any) -> Workload:
+    """A Workload of ``task`` on a GPT of ``config`` (a GPTConfig, or a ModelConfig with its
+    vocab_size set); ``settings`` are the Workload's other fields."""
+    return Workload(task, config.n_layer, config.n_head, config.n_embd, config.block_size,
+                    config.vocab_size, bias=config.bias, dropout=config.dropout, **settings)
+
+
+def check_workload(work: Workload, backend: Any, limit_gb: Optional[float],
+                   names: Mapping[str, str],
+                   advice: str = "lower them, or pass --ignore-memory-check") -> None:
+    """MemoryLimitError (one line) when ``work`` is estimated past the memory limit
+    (``limit_gb``, else $MINITORCH_GPU_MEMORY_LIMIT_GB, else what ``backend`` has free),
+    a malformed limit included: what every command runs before it builds a model."""
+    try:
+        limit = memory_limit(backend, limit_gb)
+    except ValueError as exc:  # a malformed $MINITORCH_GPU_MEMORY_LIMIT_GB
+        raise MemoryLimitError(str(exc)) from None
+    check_memory(estimate_memory(work), limit, names, advice)
 
 
 def _drivers(estimate: MemoryEstimate, names: Mapping[str, str]) -> list:

@@ -8,11 +8,12 @@ means the same model everywhere::
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
 
 from .backend import dtypes
 from .config import Config, ConfigError, ModelConfig
-from .memory import Workload, check_memory, estimate_memory, memory_limit
+from .memory import check_workload, workload
 from .nn import GPT, GPTConfig
 
 __all__ = ["DTYPES", "build_model", "check_training_memory", "gpt_config", "weight_dtype"]
@@ -60,11 +61,10 @@ def check_training_memory(cfg: Config, vocab_size: Optional[int], backend: Any,
     its optimizer and one micro-batch (or evaluation batch) are estimated past the memory
     ``backend``'s device has (``memory.py``): Python arithmetic, before anything is
     allocated. ``vocab_size`` None: before the data is read, the vocabulary at its least
-    (model.vocab_size, else model.pad_vocab_to). ValueError for a malformed limit."""
+    (model.vocab_size, else model.pad_vocab_to)."""
     m, t = cfg.model, cfg.train
     vocab = vocab_size or m.vocab_size or m.pad_vocab_to
-    work = Workload("train", m.n_layer, m.n_head, m.n_embd, m.block_size, vocab,
-                    bias=m.bias, dropout=m.dropout, batch=t.batch_size,
+    work = workload("train", dataclasses.replace(m, vocab_size=vocab), batch=t.batch_size,
                     eval_batch=cfg.eval.batch_size, dtype=cfg.system.dtype,
                     device=str(backend.device), data_parallel=data_parallel)
     names = {"n_layer": "model.n_layer", "n_embd": "model.n_embd",
@@ -72,4 +72,4 @@ def check_training_memory(cfg: Config, vocab_size: Optional[int], backend: Any,
              "eval_batch": "eval.batch_size", "n_head": "model.n_head",
              "vocab_size": "model.vocab_size" if m.vocab_size is not None or
              cfg.data.tokenizer != "bpe" else "data.vocab_size"}
-    check_memory(estimate_memory(work), memory_limit(backend, cfg.system.memory_limit_gb), names)
+    check_workload(work, backend, cfg.system.memory_limit_gb, names)

@@ -116,7 +116,7 @@ class Trainer:
             try:
                 check_training_memory(self.cfg, vocab_size, self.backend,
                                       data_parallel=self.group.world_size > 1)
-            except (MemoryLimitError, ValueError) as exc:  # ValueError: a malformed variable
+            except MemoryLimitError as exc:  # a malformed limit too
                 raise TrainingError(str(exc)) from None
 
     def _build(self) -> None:

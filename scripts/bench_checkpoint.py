@@ -91,7 +91,7 @@ def child(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--against", default="main", help="the revision of the old format")
+    parser.add_argument("--against", default="97e7335", help="the revision of the old format")
     parser.add_argument("--child", choices=["save", "load"], help=argparse.SUPPRESS)
     parser.add_argument("--which", choices=["old", "new"], help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)

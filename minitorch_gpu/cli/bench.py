@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..memory import check_workload, workload
 from .errors import error
-from .memory_check import check_workload, workload
 from .options import add_memory_argument
 
 BENCH_CASES = ("baby", "small")  # bench.CASES's keys; bench is imported lazily

@@ -5,8 +5,8 @@ import argparse
 import sys
 from typing import Any, Dict
 
+from ..memory import check_workload, workload
 from .errors import EXIT_INTERRUPTED, error
-from .memory_check import check_workload, workload
 from .options import add_memory_argument
 
 

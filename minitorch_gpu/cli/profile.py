@@ -5,8 +5,8 @@ import argparse
 import sys
 from typing import Any, Optional
 
+from ..memory import check_workload, workload
 from .errors import EXIT_FAILED, error
-from .memory_check import check_workload, workload
 from .options import add_config_arguments, add_memory_argument, config_from_args
 
 SORT_CHOICES = ("tree", "time", "flops", "name")  # the profiler's; it is imported lazily
