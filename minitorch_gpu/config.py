@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
-from .nn.gpt import GPTConfig
+from .nn.lm_config import ARCHS, GPTConfig
 
 __all__ = ["Config", "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "EvalConfig",
            "CheckpointConfig", "SystemConfig", "LoggingConfig", "load_config",
@@ -43,8 +43,9 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig(GPTConfig):
-    """The GPT's shape: GPTConfig's fields (commented in nn/gpt.py), with the defaults of a
-    small GPT that trains in minutes on a CPU, and the vocabulary left to the tokenizer."""
+    """The model's shape: GPTConfig's fields (commented in nn/lm_config.py; ``arch: llama``
+    and its fields build a Llama), with the defaults of a small model that trains in
+    minutes on a CPU, and the vocabulary left to the tokenizer."""
 
     block_size: int = 64  # these four: GPTConfig's fields, only their defaults differ
     n_layer: int = 4
@@ -168,6 +169,7 @@ CHOICES = {
     ("data", "source"): ("text_files", "python_stdlib", "tinyshakespeare", "hf_dataset"),
     ("data", "tokenizer"): ("char", "bpe", "file"),
     ("system", "dtype"): ("float32", "float64", "bf16"),
+    ("model", "arch"): ARCHS,
 }
 
 
@@ -350,6 +352,35 @@ def _check(condition: bool, key: str, expected: str, actual: Any) -> None:
         raise ConfigError(f"config key '{key}': expected {expected}, got {actual!r}")
 
 
+def _validate_arch(m: ModelConfig) -> None:
+    """The fields one architecture has and the other lacks: Llama's are null or left at
+    their defaults under arch gpt2, so a typo'd arch cannot silently drop them."""
+    llama = m.arch == "llama"
+    if not llama:
+        base = GPTConfig()
+        for key in ("n_kv_head", "ffn_hidden"):
+            _check(getattr(m, key) is None or (key == "n_kv_head" and m.n_kv_head == m.n_head),
+                   f"model.{key}", "null under model.arch gpt2 (a llama field)",
+                   getattr(m, key))
+        for key in ("rope_theta", "ffn_multiple_of"):
+            _check(getattr(m, key) == getattr(base, key), f"model.{key}",
+                   f"{getattr(base, key)!r} under model.arch gpt2 (a llama field)",
+                   getattr(m, key))
+    for key in ("n_kv_head", "ffn_hidden", "ffn_multiple_of"):
+        value = getattr(m, key)
+        _check(value is None or value >= 1, f"model.{key}", "an int >= 1 or null", value)
+    if m.n_kv_head is not None and m.n_head % m.n_kv_head:
+        raise ConfigError(f"config key 'model.n_kv_head': model.n_head ({m.n_head}) must be a "
+                          f"multiple of n_kv_head ({m.n_kv_head}): each key/value head serves "
+                          f"an equal group of query heads")
+    if llama and (m.n_embd // m.n_head) % 2:
+        raise ConfigError(f"config key 'model.n_embd': the head size n_embd // n_head = "
+                          f"{m.n_embd // m.n_head} must be even for rotary positions")
+    for key in ("rope_theta", "norm_eps"):
+        value = getattr(m, key)
+        _check(0 < value < math.inf, f"model.{key}", "a positive number", value)
+
+
 def validate(cfg: Config) -> None:
     """ConfigError naming the key when a value is impossible."""
     for (section, key), options in CHOICES.items():
@@ -365,6 +396,7 @@ def validate(cfg: Config) -> None:
     if m.n_embd % m.n_head:
         raise ConfigError(f"config key 'model.n_embd': n_embd ({m.n_embd}) must be divisible "
                           f"by model.n_head ({m.n_head})")
+    _validate_arch(m)
     _check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
     _check(m.vocab_size is None or m.vocab_size >= 1, "model.vocab_size", "an int >= 1 or null",
            m.vocab_size)

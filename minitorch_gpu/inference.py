@@ -60,12 +60,7 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
 
     def check(meta: Dict[str, Any], table: Dict[str, Any], file_size: int) -> None:
         try:
-            shape = meta["model_config"]
-            expected = {f.name for f in dataclasses.fields(GPTConfig)}
-            if not isinstance(shape, dict) or set(shape) != expected:
-                got = sorted(shape) if isinstance(shape, dict) else repr(shape)
-                raise ValueError(f"model_config has keys {got}, expected {sorted(expected)}")
-            found["config"] = GPTConfig(**shape)
+            found["config"] = GPTConfig.from_dict(meta["model_config"])
             found["tokenizer"] = tokenizer_from_json(meta["tokenizer"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{path}: the checkpoint has no usable model config or "

@@ -76,8 +76,10 @@ def check_resumable(path: Path, model_config: GPTConfig, meta: Dict[str, Any],
     """load_checkpoint's check of the last.ckpt at ``path``, before any of its arrays is
     read: its metadata's model is ``model_config`` (the model already built, and
     memory-checked), and its arrays are that model's (names, shapes, dtypes, bytes)."""
-    saved = meta.get("model_config")
-    saved = saved if isinstance(saved, dict) else {}
+    try:  # a run saved before the Llama fields existed: a GPT-2 with their defaults
+        saved = dataclasses.asdict(GPTConfig.from_dict(meta.get("model_config")))
+    except (TypeError, ValueError):
+        saved = {}
     wanted = dataclasses.asdict(model_config)
     # dropout shapes no weight: a resumed run may change it, as nanoGPT's may
     differ = [key for key in wanted if key != "dropout" and saved.get(key) != wanted[key]]

@@ -7,7 +7,9 @@
 """
 from . import functional, init, utils
 from .containers import ModuleDict, ModuleList, Sequential
+from .causal_lm import CausalLM
 from .gpt import GPT, MLP, Block, CausalSelfAttention, GPTConfig, KVCache
+from .lm_config import LlamaConfig
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, Identity, LayerNorm, Linear,
                      PackedCausalAttention, ReLU, ScaledDotProductAttention, Tanh)
 from .layers import ELU, Hardtanh, LeakyReLU, LogSigmoid, Mish, SiLU, Softplus
@@ -23,3 +25,4 @@ __all__ = ["GELU", "GPT", "Block", "CausalSelfAttention", "CrossEntropyLoss", "D
 __all__ += ["ELU", "Hardtanh", "LeakyReLU", "LogSigmoid", "Mish", "SiLU", "Softplus"]
 from .layers import LogSoftmax, RMSNorm, Softmax
 __all__ += ["LogSoftmax", "RMSNorm", "Softmax"]
+__all__ += ["CausalLM", "LlamaConfig"]

@@ -412,3 +412,144 @@ def cached_causal_attention(qkv: Tensor, keys: Tensor, values: Tensor, start: in
     capacity, hs) in place: (B, T, C), heads side by side. For ``KVCache``; no gradient."""
     (qkv,) = autocast_lower(qkv)
     return CachedCausalAttention.apply(qkv, keys, values, int(start), int(n_head))
+
+
+def _grouped_heads(x, n_groups: int, group: int):
+    """View (B, n_groups, group, T, hs) of the heads of ``x`` (B, T, n_groups * group * hs),
+    heads side by side as a projection makes them: strides only, no copy. Query head
+    g * group + j sits at [:, g, j]: the j-th query of key/value head g."""
+    B, T, width = x.shape
+    heads = x.reshape(B, T, n_groups, group, width // (n_groups * group))
+    return heads.transpose(0, 2, 3, 1, 4)
+
+
+def _sum_into(out, grad):
+    """The gradient ``grad`` (B, Hkv, G, S, hs) of a k or v broadcast over the G query
+    heads of its group, summed over G into ``out`` (B, Hkv, 1, S, hs); unchanged when
+    it already has one head per group (a kernel that summed it, or G = 1)."""
+    if grad.shape[2] != 1:
+        grad = grad.sum(axis=2, keepdims=True)
+    out[...] = grad
+
+
+class GroupedCausalAttention(Function):
+    """Causal self-attention of ``n_head`` query heads over ``n_kv_head`` key/value heads
+    (grouped-query attention; multi-query when n_kv_head is 1), from the projections q
+    (B, T, n_head * hs), k and v (B, T, n_kv_head * hs) to (B, T, n_head * hs), heads side
+    by side. The queries are viewed as (B, n_kv_head, G, T, hs) and the keys and values
+    as (B, n_kv_head, 1, T, hs), broadcast over the group dim G in the batched products:
+    no key or value is repeated, and their gradients are summed over G."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, n_head, n_kv_head, dropout_p):
+        group = n_head // n_kv_head
+        out = ctx.xp.empty(q.shape, dtype=ctx.xp.result_type(q.dtype, v.dtype))
+        scale = 1.0 / math.sqrt(q.shape[2] // n_head)
+        _, saved = _attend(ctx, _grouped_heads(q, n_kv_head, group),
+                           _grouped_heads(k, n_kv_head, 1), _grouped_heads(v, n_kv_head, 1),
+                           None, True, scale, dropout_p, out=_grouped_heads(out, n_kv_head, group))
+        ctx.save_for_backward(q, k, v, *saved)
+        ctx.heads = (n_kv_head, group)
+        return out  # (B, T, n_head * hs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, *saved = ctx.saved_tensors
+        n_kv_head, group = ctx.heads
+        xp = ctx.xp
+        grads = [xp.empty(t.shape, dtype=grad.dtype) if need else None
+                 for t, need in zip((q, k, v), ctx.needs_input_grad[:3])]
+        views = [None if g is None else _grouped_heads(g, n_kv_head, group if i == 0 else 1)
+                 for i, g in enumerate(grads)]
+        # q's gradient is written in place; k's and v's come back per query head when
+        # G > 1 (the products' broadcast), summed here over the group
+        outs = (views[0], *(views[1:] if group == 1 else (None, None)))
+        grad_q, grad_k, grad_v = _attend_backward(
+            ctx, _grouped_heads(q, n_kv_head, group), _grouped_heads(k, n_kv_head, 1),
+            _grouped_heads(v, n_kv_head, 1), saved, _grouped_heads(grad, n_kv_head, group),
+            *ctx.needs_input_grad[:3], outs=outs)
+        if group != 1:
+            for view, result in zip(views[1:], (grad_k, grad_v)):
+                if view is not None:
+                    _sum_into(view, result)
+        return grads[0], grads[1], grads[2], None, None, None
+
+
+def _check_grouped(where: str, q: Tensor, k: Tensor, v: Tensor, n_head: int,
+                   n_kv_head: int) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_tensor(t, where, name)
+        require_float(t, where, name)
+    if not (isinstance(n_head, int) and isinstance(n_kv_head, int) and n_kv_head >= 1 and
+            n_head >= 1 and n_head % n_kv_head == 0):
+        raise ValueError(f"{where}: n_head ({n_head!r}) must be a positive multiple of "
+                         f"n_kv_head ({n_kv_head!r})")
+    if q.ndim != 3 or q.shape[2] % n_head:
+        raise ValueError(f"{where}: expected q (B, T, n_head * head_dim) with n_head = "
+                         f"{n_head}, got shape {tuple(q.shape)}")
+    kv_shape = (q.shape[0], k.shape[1] if k.ndim == 3 else -1,
+                q.shape[2] // n_head * n_kv_head)
+    for name, t in (("k", k), ("v", v)):
+        if tuple(t.shape) != kv_shape or t.ndim != 3:
+            raise ValueError(f"{where}: expected {name} (B, T, n_kv_head * head_dim) = "
+                             f"{kv_shape} beside q {tuple(q.shape)}, got {tuple(t.shape)}")
+
+
+def grouped_causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, n_kv_head: int,
+                             dropout_p: float = 0.0) -> Tensor:
+    """Causal grouped-query self-attention on the projections: q (B, T, n_head * hs), k and
+    v (B, T, n_kv_head * hs), heads side by side as a Llama's q_proj, k_proj and v_proj
+    make them; query head h attends with key/value head h // (n_head / n_kv_head), as
+    PyTorch's ``enable_gqa`` and Hugging Face's ``repeat_kv``. Returns (B, T, n_head * hs),
+    heads side by side, as o_proj takes them. One node; no key or value repeated, no head
+    copied either way."""
+    _check_grouped("grouped_causal_attention", q, k, v, n_head, n_kv_head)
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"grouped_causal_attention: q has {q.shape[1]} positions, k and v "
+                         f"{k.shape[1]} (self-attention: the same positions)")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"grouped_causal_attention: dropout_p must be in [0, 1), got "
+                         f"{dropout_p}")
+    q, k, v = autocast_lower(q, k, v)
+    return GroupedCausalAttention.apply(q, k, v, n_head, n_kv_head, float(dropout_p))
+
+
+class CachedGroupedAttention(Function):
+    """Inference with a KV cache of n_kv_head heads: the T new positions' queries q
+    (B, T, n_head * hs) attend over the ``start`` cached positions and themselves; their
+    keys and values k, v (B, T, n_kv_head * hs) are written into the cache buffers
+    (B, n_kv_head, capacity, hs) at start .. start + T. No backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, keys, values, start, n_head):
+        n_kv_head = keys.shape[1]
+        group = n_head // n_kv_head
+        T = q.shape[1]
+        end = start + T
+        keys[:, :, start:end] = _grouped_heads(k, n_kv_head, 1)[:, :, 0]
+        values[:, :, start:end] = _grouped_heads(v, n_kv_head, 1)[:, :, 0]
+        mask = None
+        if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
+            mask = ctx.xp.tri(T, end, start, dtype=bool)
+        out = ctx.xp.empty(q.shape, dtype=q.dtype)
+        scale = 1.0 / math.sqrt(q.shape[2] // n_head)
+        _attend(ctx, _grouped_heads(q, n_kv_head, group), keys[:, :, None, :end],
+                values[:, :, None, :end], mask, start == 0, scale, 0.0,
+                out=_grouped_heads(out, n_kv_head, group))
+        return out  # (B, T, n_head * hs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("cached_grouped_attention has no backward: a KV cache is for "
+                           "inference (run under no_grad)")
+
+
+def cached_grouped_attention(q: Tensor, k: Tensor, v: Tensor, keys: Tensor, values: Tensor,
+                             start: int, n_head: int) -> Tensor:
+    """Grouped-query attention of the new positions' q (B, T, n_head * hs) over ``start``
+    cached positions and themselves, appending their k, v (B, T, n_kv_head * hs) to
+    ``keys``/``values`` (B, n_kv_head, capacity, hs) in place: (B, T, n_head * hs). For
+    ``KVCache``; no gradient."""
+    _check_grouped("cached_grouped_attention", q, k, v, n_head, keys.shape[1])
+    q, k, v = autocast_lower(q, k, v)
+    return CachedGroupedAttention.apply(q, k, v, keys, values, int(start), int(n_head))

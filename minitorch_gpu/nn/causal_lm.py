@@ -1,0 +1,235 @@
+"""What every decoder-only language model here shares: the checks of ``forward``'s
+inputs, the language-model head and its loss, the key/value cache, sampling with it, and
+the FLOP accounting. ``GPT`` (nn/gpt.py) and ``Llama`` (nn/llama.py) differ only in their
+blocks and embeddings; both return ``(logits, loss)`` from ``model(idx, targets)`` and
+sample with ``model.generate``.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional, Tuple
+
+from ..autograd import is_grad_enabled, no_grad
+from ..backend import dtypes
+from ..creation import zeros
+from ..ops import cat
+from ..tensor import Tensor
+from .lm_config import GPTConfig
+from .module import Module
+from .sampling import check_sampling, sample_next_token
+
+__all__ = ["CausalLM", "KVCache"]
+
+
+class KVCache:
+    """Keys and values of every layer for the positions processed so far, in buffers of
+    ``block_size`` positions allocated once: (B, n_kv_head, block_size, head_dim) per
+    layer (a grouped-query model caches its n_kv_head heads, not the query's n_head).
+
+    ``model.forward(idx, kv_cache=cache)`` runs ``idx`` as the positions after the cached
+    ones and appends their keys and values (``ops.attention.cached_causal_attention``).
+    """
+
+    def __init__(self, config: GPTConfig, batch_size: int, device: object = "cpu",
+                 dtype: object = dtypes.float32) -> None:
+        shape = (batch_size, config.n_kv_head, config.block_size, config.head_dim)
+        self.keys = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
+        self.values = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
+        self.shape = shape  # (B, n_kv_head, capacity, head_dim) of every layer's buffers
+        self.n_layer = config.n_layer
+        self.capacity = config.block_size
+        self.batch_size = batch_size
+        self.length = 0  # positions held
+
+    def check_fits(self, config: GPTConfig, batch: int, new: int,
+                   where: str = "forward") -> None:
+        """ValueError (naming ``where``) unless this cache was made for a model of
+        ``config`` and a batch of ``batch`` sequences, and has room for ``new`` more
+        positions."""
+        expected = (self.n_layer, self.shape[1], self.shape[3], self.capacity)
+        actual = (config.n_layer, config.n_kv_head, config.head_dim, config.block_size)
+        if expected != actual:
+            raise ValueError(f"{where}: the kv_cache was made for n_layer, n_kv_head, "
+                             f"head_dim, block_size = {expected}, the model has {actual}")
+        if batch != self.batch_size:
+            raise ValueError(f"{where}: the kv_cache holds {self.batch_size} sequences, "
+                             f"idx has {batch}")
+        if self.length + new > self.capacity:
+            raise ValueError(f"{where}: the kv_cache is full: it holds {self.length} of "
+                             f"{self.capacity} positions and {new} more do not fit (start a "
+                             f"new cache with the last tokens, as generate does)")
+
+
+class CausalLM(Module):
+    """A language model over token ids: subclasses set ``config`` (a GPTConfig), ``lm_head``
+    and ``loss`` modules, and implement ``_hidden(idx, start, kv_cache)``, the final
+    hidden states (B, T, C) of positions start .. start + T - 1."""
+
+    config: GPTConfig
+
+    # --- forward ------------------------------------------------------------------------
+    def forward(self, idx: Tensor, targets: Optional[Tensor] = None, *,
+                all_logits: bool = False,
+                kv_cache: Optional[KVCache] = None) -> Tuple[Tensor, Optional[Tensor]]:
+        """``(logits, loss)`` for token ids ``idx`` (B, T).
+
+        With ``targets`` (B, T) the logits of every position (B, T, V) and the mean
+        cross-entropy (targets of -1 are ignored). Without, only the last position's logits
+        (B, 1, V), as generation needs, unless ``all_logits``; the loss is None. With
+        ``kv_cache`` (inference only), ``idx`` continues the cached positions.
+        """
+        name = type(self).__name__
+        self._check_ids(idx, "idx")
+        B, T = idx.shape
+        start = 0
+        if kv_cache is not None:
+            if is_grad_enabled():
+                raise RuntimeError(f"{name}.forward: kv_cache is for inference; run under "
+                                   f"no_grad() (generate does)")
+            kv_cache.check_fits(self.config, B, T, f"{name}.forward")
+            start = kv_cache.length
+        if T > self.config.block_size:
+            raise ValueError(f"{name}.forward: cannot run a sequence of length {T}: the "
+                             f"block size is {self.config.block_size} (crop the input to its "
+                             f"last {self.config.block_size} tokens)")
+        if targets is not None:
+            self._check_ids(targets, "targets")
+            if tuple(targets.shape) != (B, T):
+                raise ValueError(f"{name}.forward: targets have shape "
+                                 f"{tuple(targets.shape)}, expected idx's shape {(B, T)}")
+        x = self._hidden(idx, start, kv_cache)  # (B, T, C)
+        if kv_cache is not None:
+            kv_cache.length += T
+        if targets is not None:
+            logits = self.lm_head(x)  # (B, T, V)
+            loss = self.loss(logits.view(B * T, -1), targets.reshape(B * T))
+            return logits, loss
+        if not all_logits:
+            x = x[:, -1:, :]  # (B, 1, C): the only position generation needs
+        return self.lm_head(x), None
+
+    def _hidden(self, idx: Tensor, start: int, kv_cache: Optional[KVCache]) -> Tensor:
+        raise NotImplementedError
+
+    def _check_ids(self, ids: Tensor, name: str) -> None:
+        where = f"{type(self).__name__}.forward"
+        if not isinstance(ids, Tensor) or not dtypes.is_integer(ids.dtype):
+            what = ids.dtype if isinstance(ids, Tensor) else type(ids).__name__
+            raise TypeError(f"{where}: {name} must be an integer Tensor of token ids, got "
+                            f"{what}")
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise ValueError(f"{where}: {name} must be (batch, time) with time >= 1, got "
+                             f"shape {tuple(ids.shape)}")
+
+    # --- generation ---------------------------------------------------------------------
+    @no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 use_cache: bool = True, window_shift: int = 1) -> Tensor:
+        """Extend ``idx`` (B, T) by ``max_new_tokens`` sampled tokens: (B, T + max_new_tokens).
+
+        ``temperature`` 0 is greedy; ``top_k`` and ``top_p`` restrict the choice (see
+        ``sample_next_token``). Draws come from the seeded stream (``manual_seed``). Call
+        ``model.eval()`` first unless you want dropout while sampling. ``generate_tokens``
+        yields the same tokens one at a time, for streaming.
+
+        With ``use_cache`` the prompt runs once and each new token then costs one position.
+        A prompt longer than ``block_size`` is cropped to its last ``block_size`` tokens.
+        When the text outgrows the window, the oldest ``window_shift`` tokens of the
+        context are dropped and the rest runs again as a new prompt, from position 0:
+        GPT's learned positions are absolute, and a Llama's rotary keys carry the
+        positions they were cached at, so neither can keep its cache once the window
+        shifts (a Llama would otherwise be asked about positions past the ``block_size``
+        it trained on). The default, 1, keeps the last ``block_size`` tokens at every
+        step, exactly as nanoGPT crops without a cache, and so reruns the whole window for
+        every token past ``block_size``; a larger shift (say ``block_size // 2``) reruns
+        it only every ``window_shift`` tokens, with a context of ``block_size + 1 -
+        window_shift`` to ``block_size`` tokens. Without a cache the same windows are
+        recomputed at every step, so both give the same tokens.
+        """
+        new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p,
+                                        use_cache, window_shift))
+        return cat([idx, *new], dim=1) if new else idx
+
+    def generate_tokens(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
+                        top_k: Optional[int] = None, top_p: Optional[float] = None,
+                        use_cache: bool = True, window_shift: int = 1) -> Iterator[Tensor]:
+        """Yield ``max_new_tokens`` sampled tokens after ``idx`` (B, T), each (B, 1), as soon
+        as it is drawn: what a streaming generator prints. The arguments are ``generate``'s
+        and are checked at the call, not at the first ``next``. Each step runs under
+        ``no_grad``; grad mode is the caller's again while the generator is suspended."""
+        self._check_ids(idx, "idx")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"generate: max_new_tokens must be an int >= 0, got "
+                             f"{max_new_tokens!r}")
+        check_sampling(temperature, top_k, top_p)
+        block_size = self.config.block_size
+        if not isinstance(window_shift, int) or not 1 <= window_shift <= block_size:
+            raise ValueError(f"generate: window_shift must be an int in [1, block_size = "
+                             f"{block_size}], got {window_shift!r}")
+        return self._sample_loop(idx, max_new_tokens, temperature, top_k, top_p, use_cache,
+                                 window_shift)
+
+    def _sample_loop(self, idx: Tensor, max_new_tokens: int, temperature: float,
+                     top_k: Optional[int], top_p: Optional[float], use_cache: bool,
+                     window_shift: int) -> Iterator[Tensor]:
+        block_size = self.config.block_size
+        cache = None
+        start = max(0, idx.shape[1] - block_size)  # where the context window begins
+        for _ in range(max_new_tokens):
+            if idx.shape[1] - start > block_size:  # the newest token does not fit: shift
+                start = idx.shape[1] - (block_size + 1 - window_shift)
+                cache = None
+            with no_grad():
+                if not use_cache:
+                    logits, _ = self(idx[:, start:])
+                elif cache is None:  # the first step, or the window moved: run as a prompt
+                    cache = KVCache(self.config, idx.shape[0], idx.device,
+                                    self.lm_head.weight.dtype)
+                    logits, _ = self(idx[:, start:], kv_cache=cache)
+                else:
+                    logits, _ = self(idx[:, -1:], kv_cache=cache)  # only the newest token
+                next_token = sample_next_token(logits[:, -1, :], temperature, top_k, top_p)
+                idx = cat([idx, next_token], dim=1)  # (B, T + 1)
+            yield next_token  # (B, 1)
+
+    # --- accounting ---------------------------------------------------------------------
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters, tied ones once. ``non_embedding`` leaves out the tables that are
+        looked up rather than multiplied (``_lookup_tables``), as nanoGPT reports: GPT's
+        position table; an untied token table (a tied one is also the output layer)."""
+        n = self.num_parameters()
+        if non_embedding:
+            n -= sum(t.numel() for t in self._lookup_tables())
+        return n
+
+    def _lookup_tables(self) -> list:
+        raise NotImplementedError
+
+    def flops_per_token(self, seq_len: Optional[int] = None) -> int:
+        """FLOPs of a training step (forward and backward) per token: 6 N for the weight
+        matmuls plus 12 L d T for attention's QK^T and AV, d = n_head x head_dim, the query
+        side: grouped-query attention shares keys, not work (nanoGPT's estimate, from the
+        PaLM paper). The forward pass is a third of it. ``seq_len`` defaults to
+        block_size."""
+        c = self.config
+        T = c.block_size if seq_len is None else seq_len
+        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * T
+
+    def estimate_mfu(self, fwdbwd_per_iter: int, dt: float, peak_flops: float,
+                     seq_len: Optional[int] = None) -> float:
+        """Model FLOPs utilisation: achieved FLOP/s of ``fwdbwd_per_iter`` sequences per
+        ``dt`` seconds, as a fraction of ``peak_flops`` (FLOP/s, measured on this machine).
+        Unlike nanoGPT's, there is no default peak (nanoGPT assumes an A100's 312 TFLOP/s):
+        a ratio against the wrong machine's peak would mislead."""
+        T = self.config.block_size if seq_len is None else seq_len
+        return self.flops_per_token(T) * T * fwdbwd_per_iter / dt / peak_flops
+
+    def configure_optimizers(self, weight_decay: float, learning_rate: float,
+                             betas: Tuple[float, float] = (0.9, 0.95),
+                             device_type: Optional[str] = None, *, eps: float = 1e-8):
+        """AdamW with weight decay on the 2-D weights only (matmuls and embeddings), none on
+        biases and norm gains, as nanoGPT configures it. ``device_type`` is accepted for
+        nanoGPT's call signature and not needed: the update runs on each parameter's own
+        device."""
+        from ..optim import configure_adamw  # the optimizer layer sits beside nn, not below
+        return configure_adamw(self, weight_decay, learning_rate, betas, eps)
