@@ -1,4 +1,5 @@
-"""Layer normalization as one fused Function (llm.c's layernorm_forward/backward).
+"""Layer normalization and RMS normalization, each one fused Function (llm.c's
+layernorm_forward/backward).
 
 Forward saves the input, the mean and 1/std per row; backward recomputes the normalized
 input from them, so no extra activation of the input's size is kept. On the CPU the row
@@ -8,11 +9,12 @@ reads its operand once, with no temporary, and BLAS runs on every core.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import ml_dtypes
 
 from ..autograd import Function
+from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
 from ._util import require_float, require_tensor, widened
 from .promotion import autocast_float32
@@ -105,41 +107,92 @@ def layer_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
 
 class RMSNorm(Function):
     """y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps) over the trailing dims; one
-    node, statistics in float32 or wider. Backward, with x_hat = x * rstd and
-    g_hat = grad * weight: dx = rstd * (g_hat - x_hat * mean(g_hat * x_hat)),
-    dweight = sum over rows of grad * x_hat."""
+    node, statistics in float32 or wider (float64 stays float64). Backward, with
+    g_hat = grad * weight and x_hat = x * rstd:
+        dx = rstd * (g_hat - x_hat * mean(g_hat * x_hat)) = rstd * g_hat - x * c,
+        c = rstd^3 * rowsum(g_hat * x) / n,   dweight = sum over rows of grad * x * rstd,
+    so x_hat is never stored. Forward saves x, rstd (rows,) and weight, on both paths.
+
+    On a CUDA backend the kernels ``rms_norm_forward``/``rms_norm_backward`` take the inputs
+    they support; elsewhere the rows are split over the cores for long inputs, each piece
+    one chain of in-place passes, its row sums as einsums (one read, no temporary).
+    """
 
     @staticmethod
     def forward(ctx, x, weight, n, eps):
-        xp = ctx.xp
-        rows = widened(x).reshape(-1, n)  # (R, n)
-        rstd = xp.einsum("ij,ij->i", rows, rows)[:, None]  # (R, 1)
-        rstd *= 1.0 / n
-        rstd += eps
-        rstd = 1.0 / xp.sqrt(rstd)
-        out = rows * rstd
-        if weight is not None:
-            out *= weight.reshape(-1)
-        ctx.save_for_backward(x, rstd, weight)
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels (rms_norm)
+        ctx.kernels = kernels if kernels is not None and kernels.supports_rms_norm(
+            x, weight) else None
         ctx.n = n
+        if ctx.kernels is not None:
+            out, rstd = ctx.kernels.rms_norm_forward(x, weight, eps, n)  # rstd: (rows,)
+            ctx.save_for_backward(x, rstd, weight)
+            return out
+        xp = ctx.xp
+        rows = widened(x).reshape(-1, n)  # (R, n): a copy only when x is bf16 or strided
+        rstd = xp.empty(rows.shape[0], dtype=rows.dtype)
+        out = xp.empty_like(rows)
+        w = widened(weight).reshape(-1) if weight is not None else None
+
+        def piece(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
+            rows_, out_ = rows[r], out[r]
+            s = xp.einsum("ij,ij->i", rows_, rows_)
+            s *= 1.0 / n
+            s += eps
+            xp.sqrt(s, out=s)
+            xp.divide(1.0, s, out=s)
+            rstd[r] = s
+            if w is not None:  # two passes, the second in place
+                xp.multiply(rows_, w, out=out_)
+                out_ *= s[:, None]
+            else:
+                xp.multiply(rows_, s[:, None], out=out_)
+
+        run_split(piece, row_pieces(rows))
+        ctx.save_for_backward(x, rstd, weight)
         return out.reshape(x.shape).astype(x.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
-        xp = ctx.xp
         x, rstd, weight = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[:2]
-        x_hat = widened(x).reshape(-1, ctx.n) * rstd  # (R, n)
-        g = grad.reshape(-1, ctx.n)
-        grad_w = xp.einsum("ij,ij->j", g, x_hat).reshape(weight.shape) if need_w else None
-        grad_x = None
-        if need_x:
-            g_hat = g * weight.reshape(-1) if weight is not None else g.copy()
-            x_hat *= xp.einsum("ij,ij->i", g_hat, x_hat)[:, None] / ctx.n
-            g_hat -= x_hat
-            g_hat *= rstd
-            grad_x = g_hat.reshape(x.shape)
-        return grad_x, grad_w, None, None
+        if ctx.kernels is not None:
+            grad_x, grad_w = ctx.kernels.rms_norm_backward(grad, x, weight, rstd, ctx.n)
+            return grad_x if need_x else None, grad_w if need_w else None, None, None
+        xp = ctx.xp
+        n = ctx.n
+        rows = widened(x).reshape(-1, n)
+        g = widened(grad).reshape(-1, n)
+        w = widened(weight).reshape(-1) if weight is not None else None
+        grad_x = xp.empty_like(rows) if need_x else None
+        pieces = row_pieces(rows)
+        partial_w = [None] * len(pieces)  # each piece's column sums, added in order below
+
+        def piece(i_r: Any) -> None:
+            i, r = i_r
+            x_, g_, s = rows[r], g[r], rstd[r]
+            if need_w:  # one read of grad and x, no temporary
+                partial_w[i] = xp.einsum("ij,ij,i->j", g_, x_, s)
+            if need_x:
+                gx = grad_x[r]
+                if w is not None:
+                    xp.multiply(g_, w, out=gx)  # g_hat
+                else:
+                    gx[...] = g_
+                c = xp.einsum("ij,ij->i", gx, x_)  # rowsum(g_hat * x)
+                c *= s * s * s
+                c *= 1.0 / n
+                gx *= s[:, None]
+                gx -= x_ * c[:, None]
+
+        run_split(piece, list(enumerate(pieces)))
+        grad_w = None
+        if need_w:
+            grad_w = partial_w[0]
+            for more in partial_w[1:]:
+                grad_w += more
+            grad_w = grad_w.reshape(weight.shape)
+        return (grad_x.reshape(x.shape) if need_x else None), grad_w, None, None
 
 
 def rms_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
