@@ -1,0 +1,213 @@
+"""Rotary position embeddings (RoPE), Llama's and Hugging Face's "rotate-half" convention.
+
+For a head of dim D (even) and h = D / 2:
+
+    inv_freq[i] = theta ** (-2 i / D),   i < h
+    angle(p, i) = p * inv_freq[i]        (p: the token's position)
+    x = [x1 | x2]                        (the head's first and second halves)
+    out1 = x1 * cos - x2 * sin
+    out2 = x2 * cos + x1 * sin
+
+which is Hugging Face's ``q * cos + rotate_half(q) * sin`` with cos and sin repeated over
+both halves (``torch.cat((freqs, freqs), -1)``); element i of the head is paired with
+element i + h, not with its neighbour (Meta's original interleaved-complex form pairs
+2i with 2i + 1: a checkpoint converted by Hugging Face has its q/k rows permuted for this
+one). The tables here are (T, h): the half that is not repeated.
+
+``rotary_tables`` computes cos and sin in float64 and casts them once, so large positions
+keep their angle (Hugging Face computes inv_freq and the angles in float32; at position
+4,096 that moves an angle by about 1e-4). ``RotaryTables`` is the cache a model keeps:
+one table per (dtype, device) up to a capacity of positions, sliced (a view) per call.
+
+``apply_rotary`` is one Function: it reads q or k as stored (a strided head view of a
+projection, bf16 under autocast), computes in float32 or wider, and returns a new
+contiguous array of the input's dtype. The backward is the same rotation by the
+negative angle; cos and sin are constants and get no gradient.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence, Union
+
+import numpy as np
+
+from ..autograd import Function
+from ..backend import dtypes, get_backend
+from ..backend.threads import row_pieces, run_split
+from ..tensor import Tensor
+from ._util import require_float, require_tensor, widened
+
+
+def _positions(positions_or_length: Any, start: int) -> np.ndarray:
+    """The positions as float64 host values: ``start`` .. ``start + T - 1`` for a length T,
+    else the given integer positions plus ``start``."""
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
+        raise ValueError(f"rotary_tables: start must be an int >= 0, got {start!r}")
+    if isinstance(positions_or_length, (int, np.integer)) and \
+            not isinstance(positions_or_length, bool):
+        if positions_or_length < 0:
+            raise ValueError(f"rotary_tables: length must be >= 0, got {positions_or_length}")
+        return np.arange(start, start + positions_or_length, dtype=np.float64)
+    if isinstance(positions_or_length, Tensor):
+        positions = positions_or_length._backend.to_numpy(positions_or_length.data)
+    else:
+        positions = np.asarray(positions_or_length)
+    if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
+        raise ValueError(f"rotary_tables: expected a length (int) or a 1-D sequence of "
+                         f"integer positions, got {type(positions_or_length).__name__} of "
+                         f"shape {positions.shape} and dtype {positions.dtype}")
+    return positions.astype(np.float64) + start
+
+
+def _angles(positions: np.ndarray, head_dim: int, theta: float) -> np.ndarray:
+    """(T, head_dim // 2) float64 angles, after checking head_dim and theta."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, (int, np.integer)) or \
+            head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"rotary_tables: head_dim must be an even int > 0, got {head_dim!r}")
+    if not (isinstance(theta, (int, float, np.number)) and math.isfinite(theta) and theta > 0):
+        raise ValueError(f"rotary_tables: theta must be a finite number > 0, got {theta!r}")
+    inv_freq = float(theta) ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    return np.outer(positions, inv_freq)
+
+
+def rotary_tables(positions_or_length: Union[int, Sequence[int], Tensor], head_dim: int,
+                  theta: float = 10000.0, *, start: int = 0, dtype: Any = dtypes.float32,
+                  device: Any = "cpu") -> tuple:
+    """(cos, sin), each a (T, head_dim // 2) Tensor of ``dtype`` on ``device``, for positions
+    ``start`` .. ``start + T - 1`` (``positions_or_length`` an int T) or for the given
+    integer positions (plus ``start``). Computed in float64, then cast: exact angles at
+    any position. Constants: they never require grad."""
+    angles = _angles(_positions(positions_or_length, start), head_dim, theta)
+    backend = get_backend(device)
+    dtype = dtypes.as_dtype(dtype)
+    if not dtypes.is_floating(dtype):
+        raise ValueError(f"rotary_tables: dtype must be floating point, got {dtype}")
+    return tuple(Tensor._make(backend.asarray(table.astype(dtype)), backend, False)
+                 for table in (np.cos(angles), np.sin(angles)))
+
+
+class RotaryTables:
+    """The cos/sin tables of one head_dim and theta for positions 0 .. capacity - 1, made
+    once per (dtype, device) on first use; ``tables(start, length, ...)`` hands out rows
+    start .. start + length - 1 as views (no copy). What a model keeps: one object per
+    model, the KV cache's decoding steps slicing it at their position."""
+
+    def __init__(self, head_dim: int, capacity: int, theta: float = 10000.0) -> None:
+        _angles(np.zeros(0), head_dim, theta)  # the checks, with rotary_tables' messages
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or \
+                capacity < 1:
+            raise ValueError(f"RotaryTables: capacity must be an int >= 1, got {capacity!r}")
+        self.head_dim, self.capacity, self.theta = int(head_dim), int(capacity), float(theta)
+        self._tables: dict = {}  # (dtype, device) -> (cos, sin) of all `capacity` positions
+
+    def __call__(self, start: int, length: int, dtype: Any = dtypes.float32,
+                 device: Any = "cpu") -> tuple:
+        """(cos, sin) for positions start .. start + length - 1: views of the cached
+        (capacity, head_dim // 2) tables."""
+        if not (isinstance(start, (int, np.integer)) and isinstance(length, (int, np.integer))
+                and start >= 0 and length >= 0):
+            raise ValueError(f"RotaryTables: start and length must be ints >= 0, got "
+                             f"start={start!r}, length={length!r}")
+        if start + length > self.capacity:
+            raise ValueError(f"RotaryTables: positions {start} .. {start + length - 1} exceed "
+                             f"the capacity of {self.capacity} positions")
+        dtype = dtypes.as_dtype(dtype)
+        backend = get_backend(device)
+        key = (dtype, backend.device)
+        tables = self._tables.get(key)
+        if tables is None:
+            tables = rotary_tables(self.capacity, self.head_dim, self.theta, dtype=dtype,
+                                   device=backend.device)
+            self._tables[key] = tables
+        return tuple(Tensor._make(t.data[start:start + length], backend, False)
+                     for t in tables)
+
+    def __repr__(self) -> str:
+        return (f"RotaryTables(head_dim={self.head_dim}, capacity={self.capacity}, "
+                f"theta={self.theta})")
+
+
+def _rotate(xp: Any, x: Any, cos: Any, sin: Any, inverse: bool) -> Any:
+    """x (..., T, H, D) rotated by the (T, D/2) tables (by minus the angle if ``inverse``)
+    into a new contiguous array of x's dtype, computed in float32 or wider. Per half: one
+    product into the output, one into a half-size scratch, one in-place add: x is read
+    where it lies (any strides), and long inputs are split over the cores."""
+    work = dtypes.float32 if x.dtype in dtypes.NARROW_FLOATS else x.dtype
+    h = x.shape[-1] // 2
+    c = cos.astype(work, copy=False)[:, None, :]  # (T, 1, h): broadcast over the heads
+    s = sin.astype(work, copy=False)[:, None, :]
+    out = xp.empty(x.shape, dtype=work)
+    first, second = (xp.add, xp.subtract) if inverse else (xp.subtract, xp.add)
+    split_t = x.ndim == 3  # (T, H, D): the pieces cut T, so the tables are cut with them
+
+    def piece(r: Any) -> None:
+        x_, o = widened(x[r]), out[r]  # bf16: a float32 copy per piece; else x's view
+        c_, s_ = (c[r], s[r]) if split_t else (c, s)
+        x1, x2, o1, o2 = x_[..., :h], x_[..., h:], o[..., :h], o[..., h:]
+        scratch = xp.empty(o1.shape, dtype=o.dtype)
+        xp.multiply(x1, c_, out=o1)
+        xp.multiply(x2, s_, out=scratch)
+        first(o1, scratch, out=o1)  # x1 cos -+ x2 sin
+        xp.multiply(x2, c_, out=o2)
+        xp.multiply(x1, s_, out=scratch)
+        second(o2, scratch, out=o2)  # x2 cos +- x1 sin
+
+    run_split(piece, row_pieces(out))
+    return out.astype(x.dtype, copy=False)
+
+
+class ApplyRotary(Function):
+    """x (..., T, H, D) rotated pairwise (i, i + D/2) by the angles of cos/sin (T, D/2);
+    ``inverse`` rotates by minus the angle. Backward rotates the gradient the other way
+    (a rotation's transpose is its inverse). Saves only cos and sin.
+
+    On a CUDA backend the kernel ``rotary_forward`` takes the inputs it supports (it reads
+    x in place, any strides, bf16 included), for the backward too."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, inverse):
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels (rotary)
+        ctx.kernels = kernels if kernels is not None and kernels.supports_rotary(
+            x, cos, sin) else None
+        ctx.inverse = inverse
+        ctx.save_for_backward(cos, sin)
+        if ctx.kernels is not None:
+            return ctx.kernels.rotary_forward(x, cos, sin, inverse)
+        return _rotate(ctx.xp, x, cos, sin, inverse)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        if ctx.kernels is not None and ctx.kernels.supports_rotary(grad, cos, sin):
+            return ctx.kernels.rotary_forward(grad, cos, sin, not ctx.inverse), None, None, None
+        return _rotate(ctx.xp, grad, cos, sin, not ctx.inverse), None, None, None
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, inverse: bool = False) -> Tensor:
+    """Rotary position embedding of ``x`` (..., T, H, D), e.g. ``q.view(B, T, H, D)``, by
+    the (T, D/2) tables of ``rotary_tables`` (broadcast over the batch and the heads), in
+    the rotate-half convention (module docstring). Returns a new contiguous tensor of x's
+    dtype; bf16 is computed in float32, float64 stays float64. No autocast rule: it keeps
+    its input's dtype, as the elementwise ops do. ``cos`` and ``sin`` must not require
+    grad (they are constants): that is a ValueError, not a silent None gradient."""
+    require_tensor(x, "apply_rotary", "x")
+    require_float(x, "apply_rotary", "x")
+    for name, table in (("cos", cos), ("sin", sin)):
+        require_tensor(table, "apply_rotary", name)
+        require_float(table, "apply_rotary", name)
+        if table.requires_grad:
+            raise ValueError(f"apply_rotary: {name} must not require grad (the tables are "
+                             f"constants; detach it or make it with rotary_tables)")
+    if x.ndim < 3:
+        raise ValueError(f"apply_rotary: expected x of shape (..., T, H, D), at least 3 dims, "
+                         f"got shape {tuple(x.shape)}")
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"apply_rotary: expected an even head dim D, got x of shape "
+                         f"{tuple(x.shape)}")
+    expected = (x.shape[-3], d // 2)
+    for name, table in (("cos", cos), ("sin", sin)):
+        if tuple(table.shape) != expected:
+            raise ValueError(f"apply_rotary: expected {name} of shape (T, D/2) = {expected} "
+                             f"for x of shape {tuple(x.shape)}, got {tuple(table.shape)}")
+    return ApplyRotary.apply(x, cos, sin, bool(inverse))
