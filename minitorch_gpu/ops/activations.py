@@ -1,5 +1,5 @@
 """Activations: relu, gelu, tanh, sigmoid, silu, softplus, logsigmoid, leaky_relu, elu,
-hardtanh, mish.
+hardtanh, mish, and swiglu (Llama's gated MLP activation, silu(gate) * up).
 
 Each is one Function. GELU's tanh form, silu and the ones after it compute, when a
 gradient is wanted, their local derivative in the same chain as the value and save only
@@ -14,10 +14,11 @@ import math
 from typing import Any
 
 from ..autograd import Function
+from ..backend import dtypes
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
 from ._util import require_float, require_tensor, sigmoid_into, widened
-from .promotion import float_input
+from .promotion import float_input, promote_operands
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
@@ -212,6 +213,92 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002 - torch'
     """x * sigmoid(x) (also called swish). ``inplace`` is accepted for PyTorch's signature;
     the result is always a new tensor."""
     return Silu.apply(_float_activation(input, "silu"))
+
+
+def _work_dtype(x: Any) -> Any:
+    """The dtype to compute ``x`` in: float32 for bf16/fp16, else its own."""
+    return dtypes.float32 if x.dtype in dtypes.NARROW_FLOATS else x.dtype
+
+
+class SwiGLU(Function):
+    """silu(gate) * up, Llama's MLP activation, as one node: forward saves gate and up (not
+    silu(gate), which would be a third activation-sized array) and backward recomputes
+    s = sigmoid(gate):
+        d/dgate = grad * up * s * (1 + gate * (1 - s)),   d/dup = grad * silu(gate).
+    Each pass is in place in the output (and one scratch buffer), split by rows over the
+    cores for long inputs; bf16/fp16 are computed in float32 and the result rounded back.
+    On a CUDA backend the kernels ``swiglu_forward``/``swiglu_backward`` take the inputs
+    they support.
+    """
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels (swiglu)
+        ctx.kernels = kernels if kernels is not None and kernels.supports_swiglu(
+            gate, up) else None
+        ctx.save_for_backward(gate, up)
+        if ctx.kernels is not None:
+            return ctx.kernels.swiglu_forward(gate, up)
+        xp = ctx.xp
+        out = xp.empty(gate.shape, dtype=_work_dtype(gate))  # (a 0-d result stays an array)
+
+        def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
+            g, o = widened(gate[r]), out[r]
+            sigmoid_into(xp, g, o, xp.empty_like(o))
+            o *= g
+            o *= up[r]  # bf16 up is widened by the ufunc, into the float32 output
+
+        run_split(rows, row_pieces(out))
+        return out.astype(gate.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        gate, up = ctx.saved_tensors
+        need_gate, need_up = ctx.needs_input_grad[:2]
+        if ctx.kernels is not None:
+            # float32 gradients: the engine rounds them to the inputs' dtype
+            grad_gate, grad_up = ctx.kernels.swiglu_backward(grad, gate, up)
+            return grad_gate if need_gate else None, grad_up if need_up else None
+        xp = ctx.xp
+        work = _work_dtype(gate)
+        grad_gate = xp.empty(gate.shape, dtype=work) if need_gate else None
+        grad_up = xp.empty(gate.shape, dtype=work) if need_up else None
+
+        def rows(r: Any) -> None:
+            g, g_out = widened(gate[r]), widened(grad[r])
+            s = xp.empty(g.shape, dtype=work)
+            silu = xp.empty_like(s)  # scratch for the sigmoid, then silu(gate)
+            sigmoid_into(xp, g, s, silu)
+            xp.multiply(g, s, out=silu)
+            if need_up:
+                xp.multiply(g_out, silu, out=grad_up[r])
+            if need_gate:  # s (1 + g (1 - s)) = s + silu (1 - s)
+                d = grad_gate[r]
+                xp.subtract(1, s, out=d)
+                d *= silu
+                d += s
+                d *= up[r]
+                d *= g_out
+
+        run_split(rows, row_pieces(grad_gate if need_gate else grad_up))
+        return grad_gate, grad_up
+
+
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    """silu(gate) * up in one pass and one graph node (Llama's MLP: ``down(swiglu(gate(x),
+    up(x)))``). ``gate`` and ``up`` must have the same shape (no broadcasting: they are
+    two projections of the same activations); different float dtypes are promoted as
+    ``*`` promotes them. No autocast rule: it keeps its input's dtype, as silu does (bf16
+    in, bf16 out, float32 arithmetic)."""
+    for name, t in (("gate", gate), ("up", up)):
+        require_tensor(t, "swiglu", name)
+        require_float(t, "swiglu", name)
+    if tuple(gate.shape) != tuple(up.shape):
+        raise ValueError(f"swiglu: expected gate and up of the same shape, got "
+                         f"{tuple(gate.shape)} and {tuple(up.shape)}")
+    if gate.dtype != up.dtype:
+        gate, up = promote_operands(gate, up)
+    return SwiGLU.apply(gate, up)
 
 
 class Softplus(Function):
