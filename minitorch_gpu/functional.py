@@ -14,3 +14,6 @@ __all__ += ["binary_cross_entropy", "binary_cross_entropy_with_logits", "nll_los
             "normalize", "rms_norm"]
 from .ops import one_hot, pad
 __all__ += ["one_hot", "pad"]
+from .ops import apply_rotary, rotary_tables, swiglu
+from .ops.rotary import RotaryTables
+__all__ += ["RotaryTables", "apply_rotary", "rotary_tables", "swiglu"]

@@ -983,6 +983,38 @@ case("masked-select-broadcast", lambda x, m: mt.masked_select(x, m),
      lambda x, m: np.broadcast_to(x, m.shape)[m], Float((1, 5)), Const(ELEMENT_MASK))
 
 
+# --- the Llama ops: rms_norm (above), swiglu, rotary (ops/activations.py, ops/rotary.py) ---
+def swiglu_ref(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return g * _sigmoid_ref(g) * u
+
+
+def rotary_ref(x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+               inverse: bool = False) -> np.ndarray:
+    """The rotate-half rotation of x (..., T, H, D) by (T, D/2) tables."""
+    h = x.shape[-1] // 2
+    c, s = cos[:, None, :], (-sin if inverse else sin)[:, None, :]
+    x1, x2 = x[..., :h], x[..., h:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+case("swiglu-odd", F.swiglu, swiglu_ref, Float((3, 5)), Float((3, 5)), float32=True)
+case("swiglu-3d", F.swiglu, swiglu_ref, Float((2, 3, 4)), Float((2, 3, 4)))
+case("swiglu-0d", F.swiglu, swiglu_ref, Float(()), Float(()))
+case("swiglu-large", lambda g, u: F.swiglu(g * 30, u), lambda g, u: swiglu_ref(g * 30, u),
+     Float((3, 5)), Float((3, 5)))
+# the tables are drawn at random (the rotation is linear in them): cos and sin are
+# constants, so they never require grad and only x is gradchecked
+for _name, _shape in (("apply-rotary-bthd", (2, 3, 2, 6)), ("apply-rotary-thd", (3, 2, 4)),
+                      ("apply-rotary-5d", (2, 1, 3, 2, 4))):
+    _half = (_shape[-3], _shape[-1] // 2)
+    case(_name, F.apply_rotary, rotary_ref, Float(_shape), Float(_half, grad=False),
+         Float(_half, grad=False), float32=_name.endswith("bthd"))
+case("apply-rotary-inverse", lambda x, c, s: F.apply_rotary(x, c, s, inverse=True),
+     lambda x, c, s: rotary_ref(x, c, s, inverse=True), Float((2, 3, 2, 6)),
+     Float((3, 3), grad=False), Float((3, 3), grad=False))
+case("rms-norm-3d-weight", lambda x, w: F.rms_norm(x, 6, w, eps=1e-6),
+     lambda x, w: rms_norm_ref(x, 1, w), Float((2, 3, 6)), Float((6,)))
+
 _names = [c.name for c in CASES]
 if len(set(_names)) != len(_names):
     raise ValueError(f"op_table: duplicate case names "

@@ -165,6 +165,7 @@ NOT_IN_TABLE = {
     "to_device", "to_dtype",  # cross-device copies need two devices; casts are "to-" rows
     "isnan", "isinf", "isfinite", "isclose",  # bool results; test_elementwise_math.py
     "argsort", "nonzero", "one_hot",  # no gradient; test_reduce_shape_ops.py
+    "rotary_tables",  # constants, no gradient; test_llama_ops.py
 }
 ROW_PREFIX = {"getitem": "index", "scaled_dot_product_attention": "sdpa"}
 

@@ -26,3 +26,5 @@ __all__ += ["ELU", "Hardtanh", "LeakyReLU", "LogSigmoid", "Mish", "SiLU", "Softp
 from .layers import LogSoftmax, RMSNorm, Softmax
 __all__ += ["LogSoftmax", "RMSNorm", "Softmax"]
 __all__ += ["CausalLM", "LlamaConfig"]
+from .layers import SwiGLU
+__all__ += ["SwiGLU"]

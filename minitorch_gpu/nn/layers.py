@@ -353,6 +353,14 @@ class RMSNorm(Module):
                 f"elementwise_affine={self.elementwise_affine}")
 
 
+class SwiGLU(Module):
+    """silu(gate) * up, Llama's gated MLP activation: ``forward(gate, up)`` takes the two
+    projections (same shape). No parameters: the projections are the MLP's Linears."""
+
+    def forward(self, gate: Tensor, up: Tensor) -> Tensor:
+        return F.swiglu(gate, up)
+
+
 class Softmax(Module):
     """softmax along ``dim``, as torch.nn.Softmax (``dim`` is required here: PyTorch's
     implicit choice is deprecated)."""

@@ -32,6 +32,8 @@ from .loss import (binary_cross_entropy, binary_cross_entropy_with_logits, cross
 from .embedding import embedding
 from .dropout import dropout
 from .attention import packed_causal_attention, scaled_dot_product_attention
+from .rotary import apply_rotary, rotary_tables
+from .activations import swiglu
 
 # axis= and keepdims= as aliases of dim= and keepdim=, as PyTorch takes them (keep this
 # after the imports above: it wraps every op imported by then)
