@@ -14,7 +14,7 @@ from typing import Any, Optional
 from .backend import dtypes
 from .config import Config, ConfigError, ModelConfig
 from .memory import check_workload, workload
-from .nn import GPT, GPTConfig
+from .nn import CausalLM, GPTConfig, model_for
 
 __all__ = ["DTYPES", "build_model", "check_training_memory", "gpt_config", "weight_dtype"]
 
@@ -31,7 +31,7 @@ def weight_dtype(name: str) -> Any:
 
 
 def gpt_config(model: ModelConfig, tokenizer_vocab: Optional[int]) -> GPTConfig:
-    """The GPT a config's model section describes: its vocabulary is model.vocab_size, or
+    """The model a config's model section describes: its vocabulary is model.vocab_size, or
     the tokenizer's ``tokenizer_vocab`` rounded up to a multiple of model.pad_vocab_to.
     ``tokenizer_vocab`` may be None only when model.vocab_size is set; ConfigError else,
     and when model.vocab_size is smaller than the tokenizer's vocabulary."""
@@ -44,15 +44,16 @@ def gpt_config(model: ModelConfig, tokenizer_vocab: Optional[int]) -> GPTConfig:
     elif tokenizer_vocab is not None and vocab_size < tokenizer_vocab:
         raise ConfigError(f"model.vocab_size ({vocab_size}) is smaller than the tokenizer's "
                           f"vocabulary ({tokenizer_vocab}); set it to null")
-    return GPTConfig(block_size=model.block_size, vocab_size=vocab_size, n_layer=model.n_layer,
-                     n_head=model.n_head, n_embd=model.n_embd, dropout=model.dropout,
-                     bias=model.bias)
+    shape = {f.name: getattr(model, f.name) for f in dataclasses.fields(GPTConfig)}
+    return GPTConfig(**{**shape, "vocab_size": vocab_size})
 
 
-def build_model(config: GPTConfig, dtype: Any = dtypes.float32, device: Any = "cpu") -> GPT:
-    """A GPT of ``config``, initialised from the current seed, its weights in ``dtype`` (cast
-    where they are made) and then moved to ``device``."""
-    return GPT(config).to(dtype).to(device)
+def build_model(config: GPTConfig, dtype: Any = dtypes.float32,
+                device: Any = "cpu") -> CausalLM:
+    """The model of ``config`` (a GPT or a Llama, by ``config.arch``), initialised from the
+    current seed, its weights in ``dtype`` (cast where they are made) and then moved to
+    ``device``."""
+    return model_for(config).to(dtype).to(device)
 
 
 def check_training_memory(cfg: Config, vocab_size: Optional[int], backend: Any,

@@ -28,3 +28,16 @@ __all__ += ["LogSoftmax", "RMSNorm", "Softmax"]
 __all__ += ["CausalLM", "LlamaConfig"]
 from .layers import SwiGLU
 __all__ += ["SwiGLU"]
+from .llama import (GroupedCausalAttention, Llama, LlamaAttention, LlamaDecoderLayer,
+                    LlamaMLP, Rotary)
+__all__ += ["GroupedCausalAttention", "Llama", "LlamaAttention", "LlamaDecoderLayer",
+            "LlamaMLP", "Rotary", "MODELS", "model_for"]
+
+MODELS = {"gpt2": GPT, "llama": Llama}  # model.arch -> the class that builds it
+
+
+def model_for(config: GPTConfig) -> CausalLM:
+    """The model ``config.arch`` names, built from ``config``: a GPT or a Llama."""
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"model_for: expected a GPTConfig, got {type(config).__name__}")
+    return MODELS[config.arch](config)
