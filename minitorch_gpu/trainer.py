@@ -310,9 +310,13 @@ class Trainer:
                                                   self.iter_num if t.resume else None)
                 except RuntimeError as exc:  # installed, yet it does not import
                     raise TrainingError(str(exc)) from None
-        self.log(f"model: GPT with {self.model.num_params():,} parameters (n_layer "
-                 f"{cfg.model.n_layer}, n_head {cfg.model.n_head}, n_embd {cfg.model.n_embd}, "
-                 f"block_size {cfg.model.block_size}, vocab {self.model_config.vocab_size}), "
+        mc = self.model_config
+        shape = f"n_layer {mc.n_layer}, n_head {mc.n_head}, "
+        if mc.arch == "llama":
+            shape += f"n_kv_head {mc.n_kv_head}, ffn_hidden {mc.ffn_hidden}, "
+        self.log(f"model: {type(self.model).__name__} with {self.model.num_parameters():,} "
+                 f"parameters, {self.model.num_params():,} without lookup tables ({shape}"
+                 f"n_embd {mc.n_embd}, block_size {mc.block_size}, vocab {mc.vocab_size}), "
                  f"{cfg.system.dtype} on {self.device}")
         ranks = f" x {group.world_size} ranks" if group.world_size > 1 else ""
         self.log(f"training: {t.max_iters} iterations of {self.tokens_per_iter:,} tokens "
