@@ -142,11 +142,13 @@ def widened(x: Any) -> Any:
 def sigmoid_into(xp: Any, x: Any, s: Any, scratch: Any) -> None:
     """sigmoid(x) into ``s``, as exp(min(x, 0)) / (1 + exp(-|x|)): exp never overflows and
     the tail keeps its relative accuracy (0.5 (1 + tanh(x / 2)) rounds silu(-20) to 0 in
-    float32). ``scratch`` is a buffer of x's shape, overwritten."""
-    xp.minimum(x, 0, out=s)
-    xp.exp(s, out=s)
+    float32). One exp: with e = exp(-|x|), the numerator exp(min(x, 0)) is e where x < 0
+    and 1 where x >= 0, i.e. max(e, x >= 0). ``scratch`` is a buffer of x's shape,
+    overwritten."""
     xp.abs(x, out=scratch)
     xp.negative(scratch, out=scratch)
-    xp.exp(scratch, out=scratch)
+    xp.exp(scratch, out=scratch)  # e = exp(-|x|), in (0, 1]
+    xp.greater_equal(x, 0, out=s)  # 1.0 where x >= 0, else 0.0
+    xp.maximum(s, scratch, out=s)  # the numerator: 1, or e
     scratch += 1
     s /= scratch
