@@ -261,13 +261,14 @@ def test_swiglu_gradcheck(shape):
     assert gradcheck(lambda u: F.swiglu(g.detach(), u), [u])
 
 
-def test_swiglu_is_one_node_saving_gate_and_up_only():
+def test_swiglu_is_one_node_saving_its_inputs_and_the_sigmoid():
     g = mt.randn(4, 6, requires_grad=True)
     u = mt.randn(4, 6, requires_grad=True)
     y = F.swiglu(g, u)
     assert type(y.grad_fn).__name__ == "SwiGLU"
     saved = y.grad_fn.saved_tensors
-    assert len(saved) == 2 and saved[0] is g.data and saved[1] is u.data
+    assert len(saved) == 3 and saved[0] is g.data and saved[1] is u.data
+    np.testing.assert_allclose(saved[2], 1 / (1 + np.exp(-g.detach().numpy())), rtol=1e-6)
 
 
 def test_swiglu_far_tails_are_finite_and_exact():

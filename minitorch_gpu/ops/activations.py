@@ -221,14 +221,14 @@ def _work_dtype(x: Any) -> Any:
 
 
 class SwiGLU(Function):
-    """silu(gate) * up, Llama's MLP activation, as one node: forward saves gate and up (not
-    silu(gate), which would be a third activation-sized array) and backward recomputes
-    s = sigmoid(gate):
-        d/dgate = grad * up * s * (1 + gate * (1 - s)),   d/dup = grad * silu(gate).
-    Each pass is in place in the output (and one scratch buffer), split by rows over the
-    cores for long inputs; bf16/fp16 are computed in float32 and the result rounded back.
-    On a CUDA backend the kernels ``swiglu_forward``/``swiglu_backward`` take the inputs
-    they support.
+    """silu(gate) * up, Llama's MLP activation, as one node. Forward saves gate, up and
+    s = sigmoid(gate) (as the other activations save their local derivative: the one
+    exp of the op is paid once, not again in backward), and backward is products only:
+        d/dgate = grad * up * s * (1 + gate * (1 - s)),   d/dup = grad * gate * s.
+    Each pass is in place in its output, split by rows over the cores for long inputs;
+    bf16/fp16 are computed in float32 and the result rounded back. On a CUDA backend the
+    kernels ``swiglu_forward``/``swiglu_backward`` take the inputs they support (they
+    recompute s instead: there an exp is cheaper than the bytes of saving it).
     """
 
     @staticmethod
@@ -236,40 +236,39 @@ class SwiGLU(Function):
         kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels (swiglu)
         ctx.kernels = kernels if kernels is not None and kernels.supports_swiglu(
             gate, up) else None
-        ctx.save_for_backward(gate, up)
         if ctx.kernels is not None:
+            ctx.save_for_backward(gate, up, None)
             return ctx.kernels.swiglu_forward(gate, up)
         xp = ctx.xp
         out = xp.empty(gate.shape, dtype=_work_dtype(gate))  # (a 0-d result stays an array)
+        sig = xp.empty_like(out)
 
         def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)
-            g, o = widened(gate[r]), out[r]
-            sigmoid_into(xp, g, o, xp.empty_like(o))
-            o *= g
+            g, o, s = widened(gate[r]), out[r], sig[r]
+            sigmoid_into(xp, g, s, o)  # o: scratch until it takes the product
+            xp.multiply(g, s, out=o)
             o *= up[r]  # bf16 up is widened by the ufunc, into the float32 output
 
         run_split(rows, row_pieces(out))
+        ctx.save_for_backward(gate, up, sig)
         return out.astype(gate.dtype, copy=False)
 
     @staticmethod
     def backward(ctx, grad):
-        gate, up = ctx.saved_tensors
+        gate, up, sig = ctx.saved_tensors
         need_gate, need_up = ctx.needs_input_grad[:2]
         if ctx.kernels is not None:
             # float32 gradients: the engine rounds them to the inputs' dtype
             grad_gate, grad_up = ctx.kernels.swiglu_backward(grad, gate, up)
             return grad_gate if need_gate else None, grad_up if need_up else None
         xp = ctx.xp
-        work = _work_dtype(gate)
+        work = sig.dtype
         grad_gate = xp.empty(gate.shape, dtype=work) if need_gate else None
         grad_up = xp.empty(gate.shape, dtype=work) if need_up else None
 
         def rows(r: Any) -> None:
-            g, g_out = widened(gate[r]), widened(grad[r])
-            s = xp.empty(g.shape, dtype=work)
-            silu = xp.empty_like(s)  # scratch for the sigmoid, then silu(gate)
-            sigmoid_into(xp, g, s, silu)
-            xp.multiply(g, s, out=silu)
+            g, g_out, s = widened(gate[r]), widened(grad[r]), sig[r]
+            silu = xp.multiply(g, s)
             if need_up:
                 xp.multiply(g_out, silu, out=grad_up[r])
             if need_gate:  # s (1 + g (1 - s)) = s + silu (1 - s)
