@@ -1,7 +1,8 @@
-"""GPT-2 in PyTorch eager, with nanoGPT's parameter names: the development-only reference
-this project is checked and timed against (``tests/test_against_torch.py``,
-``scripts/reference_train_torch.py``, ``minitorch-gpu bench --vs-torch``). PyTorch is never a dependency: import this module
-only where torch is installed.
+"""GPT-2 in PyTorch eager, with nanoGPT's parameter names, and the Llama with Hugging
+Face's: the development-only references this project is checked and timed against
+(``tests/test_against_torch.py``, ``scripts/reference_train_torch.py``, ``minitorch-gpu
+bench --vs-torch``). PyTorch is never a dependency: import this module only where torch
+is installed.
 
     reference = TorchGPT.from_ours(model)      # the same shape and weights, key by key
     logits, loss = reference(to_torch(idx), to_torch(targets))
@@ -9,7 +10,11 @@ only where torch is installed.
     optimizer = torch_adamw(reference, 0.1, 1e-3, (0.9, 0.99))  # our GPT's AdamW groups
 
 Attention is written as explicit matrix products (scores, causal mask, softmax, weighted
-sum), the same arithmetic as this project's unfused attention.
+sum), the same arithmetic as this project's unfused attention. ``TorchLlama`` is written
+plainly from the Llama paper and Hugging Face's ``modeling_llama``: what a reader compares
+our fused ops (rms_norm, apply_rotary, swiglu, grouped_causal_attention) against.
+
+    reference = TorchLlama.from_ours(llama)    # Hugging Face's names, key by key
 """
 from __future__ import annotations
 
@@ -21,10 +26,11 @@ import torch
 from torch import nn as tnn
 from torch.nn import functional as tF
 
-from .nn import GPT, GPTConfig
+from .nn import GPT, GPTConfig, Llama
 from .tensor import Tensor
 
-__all__ = ["TorchBlock", "TorchGPT", "TorchKVCache", "to_torch", "torch_adamw"]
+__all__ = ["TorchBlock", "TorchGPT", "TorchKVCache", "TorchLlama", "TorchLlamaLayer",
+           "TorchRMSNorm", "to_torch", "torch_adamw", "torch_rotary"]
 
 
 def to_torch(t: Tensor) -> torch.Tensor:
@@ -144,3 +150,118 @@ class TorchKVCache:
         self.keys[layer][:, :, self.length:end] = k
         self.values[layer][:, :, self.length:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+
+# --- the Llama ---------------------------------------------------------------------------
+class TorchRMSNorm(tnn.Module):
+    """x / rms(x) * weight, the statistics in float32 at least (bf16 inputs are widened for
+    them, as Hugging Face's LlamaRMSNorm does; float64 stays float64, where Hugging Face
+    would narrow it)."""
+
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.weight, self.eps = tnn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def torch_rotary(head_dim: int, start: int, length: int, theta: float,
+                 dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), each (length, head_dim), for positions start .. start + length - 1, the
+    half-size angles repeated over both halves as Hugging Face lays them out. Computed in
+    float64 and then cast, as our ``rotary_tables`` (Hugging Face uses float32)."""
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(start, start + length, dtype=torch.float64), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class TorchLlamaLayer(tnn.Module):
+    """One decoder layer: x + o_proj(attention(rotary(q), rotary(k), v)) on
+    input_layernorm(x), then + down_proj(silu(gate_proj(h)) * up_proj(h)) on
+    post_attention_layernorm(x). Keys and values are repeated over their query group
+    (``repeat_interleave``: query head h reads key/value head h // group)."""
+
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        C, H, Hkv, D, F = c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.ffn_hidden
+        self.n_head, self.n_kv_head, self.head_dim = H, Hkv, D
+        self.self_attn = tnn.Module()
+        self.self_attn.q_proj = tnn.Linear(C, H * D, bias=c.bias)
+        self.self_attn.k_proj = tnn.Linear(C, Hkv * D, bias=c.bias)
+        self.self_attn.v_proj = tnn.Linear(C, Hkv * D, bias=c.bias)
+        self.self_attn.o_proj = tnn.Linear(H * D, C, bias=c.bias)
+        self.mlp = tnn.Module()
+        self.mlp.gate_proj = tnn.Linear(C, F, bias=c.bias)
+        self.mlp.up_proj = tnn.Linear(C, F, bias=c.bias)
+        self.mlp.down_proj = tnn.Linear(F, C, bias=c.bias)
+        self.input_layernorm = TorchRMSNorm(C, c.norm_eps)
+        self.post_attention_layernorm = TorchRMSNorm(C, c.norm_eps)
+
+    def attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        a = self.self_attn
+        q = a.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = a.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = a.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        group = self.n_head // self.n_kv_head
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, T)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v  # (B, H, T, D)
+        return a.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.input_layernorm(x), cos, sin)
+        h = self.post_attention_layernorm(x)
+        m = self.mlp
+        return x + m.down_proj(tF.silu(m.gate_proj(h)) * m.up_proj(h))
+
+
+class TorchLlama(tnn.Module):
+    """A Llama in torch eager with Hugging Face's ``LlamaForCausalLM`` names: model.
+    embed_tokens, model.layers.N (self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
+    input_layernorm, post_attention_layernorm), model.norm, lm_head (the embedding when
+    ``tie_embeddings``). Full sequences from position 0 only: no cache, no dropout."""
+
+    def __init__(self, c: GPTConfig):
+        super().__init__()
+        self.config = c
+        self.model = tnn.Module()
+        self.model.embed_tokens = tnn.Embedding(c.vocab_size, c.n_embd)
+        self.model.layers = tnn.ModuleList(TorchLlamaLayer(c) for _ in range(c.n_layer))
+        self.model.norm = TorchRMSNorm(c.n_embd, c.norm_eps)
+        self.lm_head = tnn.Linear(c.n_embd, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.model.embed_tokens.weight = self.lm_head.weight
+
+    @classmethod
+    def from_ours(cls, model: Llama) -> "TorchLlama":
+        """The same Llama in torch: ``model``'s config, dtype and weights (key by key)."""
+        state = {k: to_torch(v) for k, v in model.state_dict().items()}
+        reference = cls(model.config).to(state["lm_head.weight"].dtype)
+        reference.load_state_dict(state, strict=True)  # every key matches, shapes included
+        return reference
+
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None):
+        """``(logits, loss)`` of every position, as our ``model(idx, targets)``; the loss
+        ignores targets of -1, as ours."""
+        x = self.model.embed_tokens(idx)
+        c = self.config
+        cos, sin = torch_rotary(c.head_dim, 0, idx.shape[1], c.rope_theta, x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        logits = self.lm_head(self.model.norm(x))
+        if targets is None:
+            return logits, None
+        return logits, tF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1),
+                                        ignore_index=-1)
