@@ -1,9 +1,12 @@
-"""The GPT and AdamW against PyTorch, where PyTorch is installed (a development-only
-reference; it is never a dependency, and this file is skipped without it).
+"""The GPT, the Llama and AdamW against PyTorch, where PyTorch is installed (a
+development-only reference; it is never a dependency, and this file is skipped without it).
 
 A GPT-2 written directly in torch (``minitorch_gpu.torch_reference``), with the parameter
-names nanoGPT uses, loads our state dict key by key; logits, loss, every gradient and three AdamW steps must agree in
-float64.
+names nanoGPT uses, loads our state dict key by key; logits, loss, every gradient and three
+AdamW steps must agree in float64. A Llama written the same way (``TorchLlama``, Hugging
+Face's names) must give our fused ops' logits, loss and every gradient in float32 and
+float64, over multi-head, grouped-query and multi-query shapes (``llama_shapes.py``; the
+Llama's other tests, Hugging Face's own model among them, are in ``test_llama.py``).
 """
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ import minitorch_gpu as mt
 import minitorch_gpu.nn as nn
 
 torch = pytest.importorskip("torch")
-from minitorch_gpu.torch_reference import TorchGPT, torch_adamw  # noqa: E402  (needs torch)
+from llama_shapes import SHAPE_PARAMS, assert_close, batch, random_llama  # noqa: E402
+from minitorch_gpu.torch_reference import (TorchGPT, TorchLlama,  # noqa: E402  (needs torch)
+                                           torch_adamw)
 
 
 @pytest.fixture
@@ -92,3 +97,46 @@ def test_the_torch_kv_cache_gives_our_next_token_logits(pair):
                                        atol=1e-12)
         tokens = theirs.generate(torch.from_numpy(idx[:, :4]), 20, window_shift=4)
     assert tuple(tokens.shape) == (3, 24) and int(tokens.max()) < 23
+
+
+# --- the Llama ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, rtol", [(mt.float32, 1e-5), (mt.float64, 1e-10)],
+                         ids=["float32", "float64"])
+@pytest.mark.parametrize("changes", SHAPE_PARAMS)
+def test_llama_logits_loss_and_every_gradient_match_pytorch(changes, dtype, rtol):
+    """rms_norm, apply_rotary, swiglu and grouped_causal_attention (no key repeated)
+    against TorchLlama's plain torch (float32 statistics, rotate-half, repeat_interleave)."""
+    ours = random_llama(changes, dtype)
+    theirs = TorchLlama.from_ours(ours)  # every key matches, shapes included
+    idx, targets = batch()
+    logits, loss = ours(mt.tensor(idx), mt.tensor(targets))
+    loss.backward()
+    t_logits, t_loss = theirs(torch.from_numpy(idx), torch.from_numpy(targets))
+    t_loss.backward()
+    assert logits.dtype == dtype and t_logits.dtype == getattr(torch, str(dtype))
+    assert_close(logits.detach().numpy(), t_logits.detach().numpy(), rtol)
+    assert loss.item() == pytest.approx(t_loss.item(), rel=rtol)
+    t_params = dict(theirs.named_parameters())
+    ours_params = dict(ours.named_parameters())
+    assert list(ours_params) == list(t_params)  # a tied head is the embedding, in both
+    for name, p in ours_params.items():
+        assert_close(p.grad.numpy(), t_params[name].grad.numpy(), rtol, err_msg=name)
+
+
+@pytest.mark.parametrize("changes", [SHAPE_PARAMS[2], SHAPE_PARAMS[3]])  # mqa, gqa tied
+def test_three_adamw_steps_of_a_llama_match_pytorch(changes):
+    ours = random_llama(changes, mt.float64)
+    theirs = TorchLlama.from_ours(ours)
+    idx, targets = batch()
+    opt = ours.configure_optimizers(weight_decay=0.1, learning_rate=1e-2, betas=(0.9, 0.95))
+    t_params = dict(theirs.named_parameters())
+    t_opt = torch_adamw(theirs, weight_decay=0.1, lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    for _ in range(3):
+        opt.zero_grad()
+        ours(mt.tensor(idx), mt.tensor(targets))[1].backward()
+        opt.step()
+        t_opt.zero_grad()
+        theirs(torch.from_numpy(idx), torch.from_numpy(targets))[1].backward()
+        t_opt.step()
+    for name, p in ours.named_parameters():
+        assert_close(p.detach().numpy(), t_params[name].detach().numpy(), 1e-9, err_msg=name)
