@@ -23,7 +23,12 @@ SHAPES = {
                               tie_embeddings=True, rope_theta=10000.0),
     "gqa-bias-hd6": dict(n_head=4, n_kv_head=2, n_embd=24, ffn_hidden=20, bias=True),
 }
-SHAPE_PARAMS = [pytest.param(changes, id=name) for name, changes in SHAPES.items()]
+
+
+def shape_params(*names: str) -> list:
+    """pytest params of the named SHAPES (every one when no name is given), ids their names."""
+    return [pytest.param(SHAPES[name], id=name) for name in names or SHAPES]
+
 BATCH, T = 3, 7  # one position short of the block
 
 

@@ -19,7 +19,7 @@ import minitorch_gpu as mt
 import minitorch_gpu.nn as nn
 
 torch = pytest.importorskip("torch")
-from llama_shapes import SHAPE_PARAMS, assert_close, batch, random_llama  # noqa: E402
+from llama_shapes import assert_close, batch, random_llama, shape_params  # noqa: E402
 from minitorch_gpu.torch_reference import (TorchGPT, TorchLlama,  # noqa: E402  (needs torch)
                                            torch_adamw)
 
@@ -102,7 +102,7 @@ def test_the_torch_kv_cache_gives_our_next_token_logits(pair):
 # --- the Llama ------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype, rtol", [(mt.float32, 1e-5), (mt.float64, 1e-10)],
                          ids=["float32", "float64"])
-@pytest.mark.parametrize("changes", SHAPE_PARAMS)
+@pytest.mark.parametrize("changes", shape_params())
 def test_llama_logits_loss_and_every_gradient_match_pytorch(changes, dtype, rtol):
     """rms_norm, apply_rotary, swiglu and grouped_causal_attention (no key repeated)
     against TorchLlama's plain torch (float32 statistics, rotate-half, repeat_interleave)."""
@@ -123,7 +123,7 @@ def test_llama_logits_loss_and_every_gradient_match_pytorch(changes, dtype, rtol
         assert_close(p.grad.numpy(), t_params[name].grad.numpy(), rtol, err_msg=name)
 
 
-@pytest.mark.parametrize("changes", [SHAPE_PARAMS[2], SHAPE_PARAMS[3]])  # mqa, gqa tied
+@pytest.mark.parametrize("changes", shape_params("mqa", "gqa-tied"))
 def test_three_adamw_steps_of_a_llama_match_pytorch(changes):
     ours = random_llama(changes, mt.float64)
     theirs = TorchLlama.from_ours(ours)
