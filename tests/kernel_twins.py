@@ -306,3 +306,111 @@ def attention_softmax_backward(d_attended: np.ndarray, probs: np.ndarray, scale:
     p = probs.astype(np.float32)
     dot = (dp * p).sum(axis=-1, keepdims=True, dtype=np.float32)
     return (np.float32(scale) * p * (dp - dot)).astype(probs.dtype)
+
+
+# --- Llama's kernels: rmsnorm.cu, rotary.cu, swiglu.cu --------------------------------------
+# They read float32 or bf16 (widened exactly) and compute in float32; a float64 input
+# stays float64 here, so the twins can be checked to 1e-10 against the formulas.
+RMS_WARPS_PER_BLOCK = 8
+RMS_COLUMN_THREADS = 256
+
+
+def _widened(x: np.ndarray) -> np.ndarray:
+    """x as the kernels' to_float reads it: bf16 to float32 exactly; float32 and float64
+    as they are."""
+    return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
+
+
+def _warp_sum(v: np.ndarray) -> np.ndarray:
+    """warp_sum's butterfly over the last axis (32 lanes), as lane 0 ends with it: offsets
+    16, 8, 4, 2, 1, lane i adding lane i ^ offset (a + b == b + a, so every lane agrees)."""
+    for offset in (16, 8, 4, 2, 1):
+        v = v[..., :offset] + v[..., offset:2 * offset]
+    return v[..., 0]
+
+
+def _lane_sums(terms: np.ndarray) -> np.ndarray:
+    """Each lane's running sum of the columns l, l + 32, ... of terms (N, C), in order:
+    (N, 32). Columns past C add nothing (the lane's loop ends)."""
+    N, C = terms.shape
+    sums = np.zeros((N, WARP), dtype=terms.dtype)
+    for first in range(0, C, WARP):
+        part = terms[:, first:first + WARP]
+        sums[:, :part.shape[1]] += part
+    return sums
+
+
+def rms_norm_forward(x: np.ndarray, weight, eps: float, n: int):
+    """Twin of ``rms_norm_forward``: (out in x's dtype and shape, rstd (rows,)), one warp
+    per row: lane sums of squares, warp_sum, rstd, out = (x * rstd) * weight."""
+    shape, stored = x.shape, x.dtype
+    x = _widened(x).reshape(-1, n)
+    dtype = x.dtype
+    w = np.ones(n, dtype) if weight is None else weight.reshape(n).astype(dtype)
+    total = _warp_sum(_lane_sums(x * x))
+    rstd = dtype.type(1) / np.sqrt(total / dtype.type(n) + dtype.type(eps))
+    out = x * rstd[:, None] * w
+    return out.astype(stored).reshape(shape), rstd
+
+
+def rms_norm_backward(grad: np.ndarray, x: np.ndarray, weight, rstd: np.ndarray, n: int):
+    """Twin of ``rms_norm_backward``: (dx of x's shape, dweight (n,) or None), in the
+    computing dtype; grad is read in x's dtype, as the launcher casts it. dx: one warp per
+    row (lane sums of g_hat * x_hat, warp_sum); dweight: thread (c, chunk) sums its chunk's
+    rows in order, then the chunks are summed."""
+    from minitorch_gpu.backend.kernels.rmsnorm import rms_norm_chunks
+    shape = x.shape
+    dy = _widened(grad.astype(x.dtype, copy=False)).reshape(-1, n)
+    x = _widened(x).reshape(-1, n)
+    dtype = x.dtype
+    rstd = rstd.astype(dtype)
+    w = np.ones(n, dtype) if weight is None else weight.reshape(n).astype(dtype)
+    x_hat = x * rstd[:, None]
+    g_hat = dy * w
+    mean_gx = _warp_sum(_lane_sums(g_hat * x_hat)) / dtype.type(n)
+    dx = rstd[:, None] * (g_hat - x_hat * mean_gx[:, None])
+    if weight is None:
+        return dx.reshape(shape), None
+    rows = x.shape[0]
+    rows_per_chunk, chunks = rms_norm_chunks(rows)
+    partial = np.zeros((chunks, n), dtype)
+    terms = dy * x_hat
+    for row in range(rows_per_chunk):  # each thread's loop, every chunk at once
+        part = terms[row::rows_per_chunk]
+        partial[:part.shape[0]] += part
+    return dx.reshape(shape), partial.sum(axis=0)
+
+
+def rotary_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, inverse: bool):
+    """Twin of ``rotary_forward`` (one thread per (row, pair): vectorised): x (B, T, H, D),
+    cos and sin (T, D / 2); out in x's dtype, computed in float32 (float64 for float64)."""
+    stored = x.dtype
+    x = _widened(x)
+    half = x.shape[-1] // 2
+    c = cos.astype(x.dtype)[None, :, None, :]  # (1, T, 1, half): position t of each row
+    s = sin.astype(x.dtype)[None, :, None, :]
+    if inverse:
+        s = -s
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(stored)
+
+
+def _stable_sigmoid(g: np.ndarray) -> np.ndarray:
+    """swiglu.cu's stable_sigmoid: exp(min(g, 0)) / (1 + exp(-|g|))."""
+    return np.exp(np.minimum(g, 0)) / (g.dtype.type(1) + np.exp(-np.abs(g)))
+
+
+def swiglu_forward(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Twin of ``swiglu_forward``: (gate * s) * up in gate's dtype."""
+    g, u = _widened(gate), _widened(up)
+    return (g * _stable_sigmoid(g) * u).astype(gate.dtype)
+
+
+def swiglu_backward(grad: np.ndarray, gate: np.ndarray, up: np.ndarray):
+    """Twin of ``swiglu_backward``: (dgate, dup) in the computing dtype; grad is read in
+    gate's dtype, as the launcher casts it."""
+    g, u = _widened(gate), _widened(up)
+    d = _widened(grad.astype(gate.dtype, copy=False))
+    s = _stable_sigmoid(g)
+    one = g.dtype.type(1)
+    return d * u * s * (one + g * (one - s)), d * g * s

@@ -41,6 +41,7 @@ NVCC = shutil.which("nvcc")
 BF16 = mt.bfloat16
 ARCHS = ("80", "90")
 ATTENTION_HEAD_DIMS = (32, 64, 128, 17)  # 17: a head dim that is not a multiple of a warp
+LLAMA_SOURCES = ("rmsnorm.cu", "rotary.cu", "swiglu.cu")  # INPUT_DTYPE 0 (float32), 1 (bf16)
 
 
 def source(name: str) -> str:
@@ -57,6 +58,7 @@ def compile_jobs() -> list:
              for d in ATTENTION_HEAD_DIMS]
     jobs += [("attention.cu", ("-DHEAD_DIM=64", "-DINPUT_DTYPE=2"))]
     jobs += [("attention_softmax.cu", ("-DPROB_BF16=1",))]
+    jobs += [(name, ("-DINPUT_DTYPE=1",)) for name in LLAMA_SOURCES]  # bf16 storage
     return jobs
 
 
@@ -104,6 +106,17 @@ def test_attention_source_refuses_a_missing_or_too_large_head_dim(tmp_path: Path
         assert result.returncode != 0 and macro in result.stderr, options
 
 
+@pytest.mark.parametrize("name", LLAMA_SOURCES)
+def test_llama_sources_refuse_an_unknown_input_dtype(name: str, tmp_path: Path) -> None:
+    if NVCC is None:
+        pytest.skip("nvcc is not on PATH")
+    result = subprocess.run(
+        [NVCC, "-std=c++17", "--cubin", "-arch=sm_80", "-DINPUT_DTYPE=2", "-o",
+         str(tmp_path / "a.cubin"), str(kernels.SOURCE_DIR / name)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "INPUT_DTYPE" in result.stderr
+
+
 @pytest.mark.parametrize("name", kernels.SOURCES)
 def test_source_is_written_for_nvrtc(name: str) -> None:
     """cupy.RawModule compiles with NVRTC, which has no host headers: nvcc alone would
@@ -148,6 +161,20 @@ def test_loader_launch_shapes_match_the_sources() -> None:
         expected = 2 if head_dim > 64 else 4
         assert kernels.attention_backward_rows(head_dim) == reference.bwd_rows(head_dim) \
             == expected
+    # Llama's kernels
+    assert int(defined("rmsnorm.cu", "WARPS_PER_BLOCK")) == kernels.RMS_NORM_WARPS_PER_BLOCK \
+        == reference.RMS_WARPS_PER_BLOCK
+    assert int(defined("rmsnorm.cu", "COLUMN_THREADS")) == kernels.RMS_NORM_COLUMN_THREADS \
+        == reference.RMS_COLUMN_THREADS
+    assert int(defined("rotary.cu", "ROTARY_THREADS")) == kernels.ELEMENTWISE_THREADS
+    assert int(defined("swiglu.cu", "SWIGLU_THREADS")) == kernels.ELEMENTWISE_THREADS
+    assert kernels.INPUT_DTYPES == {"float32": 0, "bfloat16": 1}
+    for name in LLAMA_SOURCES:
+        storage = dict(re.findall(r"^#(?:el)?if INPUT_DTYPE == (\d)\ntypedef (\w+) input_t;",
+                                  source(name), re.MULTILINE))
+        assert storage == {"0": "float", "1": "bf16_bits"}, name
+    assert kernels.rms_norm_chunks(100) == (64, 2)
+    assert kernels.rms_norm_chunks(64 * 65535 + 1) == (65, 64527)  # grid.y <= 65535
 
 
 def test_every_kernel_the_loader_launches_is_in_its_source() -> None:
@@ -191,6 +218,15 @@ def assert_strides_read(array: np.ndarray, args: dict, name: str) -> None:
     np.testing.assert_array_equal(read.reshape(array.shape), array, err_msg=name)
 
 
+def assert_rotary_strides_read(array: np.ndarray, args: dict, name: str) -> None:
+    """rotary.cu reads element (b, t, h, d) of ``name`` at b * name_batch + t * name_time +
+    h * name_head + d: that must be array's own element."""
+    strides = [int(args[f"{name}_{part}"]) for part in ("batch", "time", "head")]
+    read = np.lib.stride_tricks.as_strided(
+        array, array.shape, tuple(s * array.itemsize for s in (*strides, 1)), writeable=False)
+    np.testing.assert_array_equal(read, array, err_msg=name)
+
+
 def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every launcher, with NumPy standing in for CuPy and a stub for each kernel that
     checks the launch against the kernel's C parameters: count, pointers as contiguous
@@ -209,10 +245,17 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
                 declared = param.rsplit(" ", 1)[0].replace("const", "").replace(
                     "__restrict__", "").strip()
                 if declared.endswith("*") and declared[:-1].strip() == "input_t":
-                    # attention.cu: float, bf16's or fp16's bits, read through strides
+                    # float, bf16's or fp16's bits: attention.cu's read through (batch,
+                    # head, row) strides, rotary.cu's x through (batch, time, head)
                     assert isinstance(arg, np.ndarray), param
                     assert arg.dtype == kernels_input_dtype(defines["INPUT_DTYPE"]), param
-                    assert_strides_read(arg, by_name, param.rsplit(" ", 1)[1])
+                    pointer = param.rsplit(" ", 1)[1]
+                    if filename == "attention.cu":
+                        assert_strides_read(arg, by_name, pointer)
+                    elif f"{pointer}_time" in by_name:
+                        assert_rotary_strides_read(arg, by_name, pointer)
+                    else:
+                        assert arg.flags.c_contiguous, param
                 elif declared.endswith("*"):
                     assert isinstance(arg, np.ndarray) and arg.flags.c_contiguous, param
                     pointee = declared[:-1].strip()
@@ -250,6 +293,38 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
     p = np.zeros(10, f32)
     kernels.adamw_update(p, p, p.copy(), p.copy(), lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
                          weight_decay=0.1, step=3)
+    # Llama's kernels, float32 and bf16; rotary on (B, T, H, D) views of a fused projection
+    # (read in place) and on a transposed one (last dim strided: copied)
+    for dtype in (f32, BF16):
+        xs = x.astype(dtype)
+        for n, weight in ((33, np.ones(33, f32)), (99, None)):
+            out, rstd = kernels.rms_norm_forward(xs.transpose(1, 0, 2).copy(), weight, 1e-5,
+                                                 n)
+            assert out.shape == (5, 3, 33) and out.dtype == dtype
+            assert rstd.shape == (5 * 3 * 33 // n,)
+            grad_x, grad_w = kernels.rms_norm_backward(out.astype(f32), out, weight, rstd, n)
+            assert grad_x.dtype == f32 and grad_x.shape == out.shape
+            assert (grad_w is None) == (weight is None)
+            assert weight is None or (grad_w.shape == (33,) and grad_w.dtype == f32)
+        fused = np.zeros((2, 7, (4 + 2 * 2) * 16), dtype)  # (B, T, (H + 2 Hkv) D)
+        q = fused[..., :64].reshape(2, 7, 4, 16)
+        k = fused[..., 64:96].reshape(2, 7, 2, 16)
+        table = np.zeros((7, 8), f32)
+        bhtd = np.zeros((2, 4, 7, 16), dtype).transpose(0, 2, 1, 3)
+        strided = np.zeros((2, 7, 4, 32), dtype)[..., ::2]
+        for heads, inverse in ((q, False), (k, True), (bhtd, False), (strided, True)):
+            copied = []
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(kernel_loader, "contiguous", lambda a: a if a.flags.c_contiguous
+                              else copied.append(a) or np.ascontiguousarray(a))
+                out = kernels.rotary_forward(heads, table, table, inverse)
+            assert out.shape == heads.shape and out.dtype == dtype and out.flags.c_contiguous
+            assert [a is heads for a in copied] == ([True] if heads is strided else [])
+        gate, up = fused[..., :64], fused[..., 64:128]  # strided halves: copied
+        out = kernels.swiglu_forward(gate, up)
+        assert out.shape == gate.shape and out.dtype == dtype
+        grads = kernels.swiglu_backward(out, gate, up)
+        assert [(g.shape, g.dtype) for g in grads] == [(gate.shape, f32)] * 2
     q = np.zeros((2, 3, 64, 45), f32).transpose(0, 1, 3, 2)  # a non-contiguous view
     o, lse = kernels.flash_attention_forward(q, q, q, True, 0.1)
     assert o.shape == q.shape and lse.shape == (2, 3, 45)
@@ -367,6 +442,72 @@ def test_launchers_name_bad_arguments() -> None:
     with pytest.raises(ValueError, match=r"exp_avg has shape \(3,\), expected \(4,\)"):
         kernels.adamw_update(p, p, p[:3], p, lr=0.1, beta1=0.9, beta2=0.99, eps=1e-8,
                              weight_decay=0.0, step=1)
+
+
+def test_llama_dispatch_rules() -> None:
+    """What rms_norm, rotary and swiglu take: float32 or bf16, read as stored."""
+    f32, f64 = np.zeros((3, 5), np.float32), np.zeros((3, 5))
+    w = np.ones(5, np.float32)
+    for x in (f32, f32.astype(BF16), f32.T.copy().T):
+        assert kernels.supports_rms_norm(x, w) and kernels.supports_rms_norm(x, None)
+    assert not kernels.supports_rms_norm(f64, None)
+    assert not kernels.supports_rms_norm(f32.astype(np.float16), None)
+    assert not kernels.supports_rms_norm(f32, w.astype(BF16))  # weight float32 only
+    assert not kernels.supports_rms_norm(f32, np.ones(4, np.float32))
+    assert not kernels.supports_rms_norm(np.zeros((0, 5), np.float32), None)
+    fused = np.zeros((2, 7, 128), np.float32)
+    q, table = fused[..., :64].reshape(2, 7, 4, 16), np.zeros((7, 8), np.float32)
+    assert kernels.supports_rotary(q, table, table)
+    assert kernels.supports_rotary(q.astype(BF16), table, table)
+    assert not kernels.supports_rotary(q.astype(np.float64), table, table)
+    assert not kernels.supports_rotary(q, table.astype(np.float64), table)
+    assert not kernels.supports_rotary(q, table[:6], table[:6])  # T = 7
+    assert not kernels.supports_rotary(q[..., :15], table, table)  # D odd
+    assert not kernels.supports_rotary(q.reshape(14, 4, 16), table, table)  # not 4-D
+    gate, up = fused[..., :64], fused[..., 64:]
+    assert kernels.supports_swiglu(gate, up) and kernels.supports_swiglu(gate.astype(BF16),
+                                                                         up.astype(BF16))
+    assert not kernels.supports_swiglu(gate, up.astype(BF16))
+    assert not kernels.supports_swiglu(gate, up[..., :32])
+    assert not kernels.supports_swiglu(gate.astype(np.float64), up.astype(np.float64))
+    assert not kernels.supports_swiglu(gate[:0], up[:0])
+
+
+def test_llama_launchers_name_bad_arguments() -> None:
+    x, w = np.zeros((3, 8), np.float32), np.ones(8, np.float32)
+    with pytest.raises(TypeError, match="rms_norm_forward: x must be float32 or bfloat16, "
+                                        "got float64"):
+        kernels.rms_norm_forward(x.astype(np.float64), w, 1e-5, 8)
+    with pytest.raises(ValueError, match=r"rms_norm_forward: n must be the size of x's "
+                                         r"trailing dims .* got n=5"):
+        kernels.rms_norm_forward(x, w, 1e-5, 5)
+    with pytest.raises(TypeError, match="rms_norm_forward: weight must be float32"):
+        kernels.rms_norm_forward(x, w.astype(BF16), 1e-5, 8)
+    with pytest.raises(ValueError, match=r"rms_norm_backward: grad has shape \(3, 7\)"):
+        kernels.rms_norm_backward(x[:, :7], x, w, np.ones(3, np.float32), 8)
+    with pytest.raises(ValueError, match=r"rms_norm_backward: rstd has shape \(2,\), "
+                                         r"expected \(3,\)"):
+        kernels.rms_norm_backward(x, x, w, np.ones(2, np.float32), 8)
+    with pytest.raises(TypeError, match="rms_norm_backward: grad must be a float array"):
+        kernels.rms_norm_backward(x.astype(np.int32), x, w, np.ones(3, np.float32), 8)
+    q, table = np.zeros((2, 7, 4, 16), np.float32), np.zeros((7, 8), np.float32)
+    with pytest.raises(ValueError, match=r"rotary_forward: x must be \(B, T, H, D\) with D "
+                                         r"even, got shape \(2, 7, 4, 15\)"):
+        kernels.rotary_forward(q[..., :15], table, table, False)
+    with pytest.raises(ValueError, match=r"rotary_forward: sin has shape \(6, 8\), "
+                                         r"expected \(7, 8\)"):
+        kernels.rotary_forward(q, table, table[:6], False)
+    with pytest.raises(TypeError, match="rotary_forward: cos must be float32"):
+        kernels.rotary_forward(q, table.astype(np.float64), table, False)
+    with pytest.raises(TypeError, match="rotary_forward: x must be float32 or bfloat16, got "
+                                        "float16"):
+        kernels.rotary_forward(q.astype(np.float16), table, table, False)
+    with pytest.raises(TypeError, match="swiglu_forward: up must have gate's dtype float32, "
+                                        "got bfloat16"):
+        kernels.swiglu_forward(x, x.astype(BF16))
+    with pytest.raises(ValueError, match=r"swiglu_backward: grad has shape \(3, 7\), "
+                                         r"expected \(3, 8\)"):
+        kernels.swiglu_backward(x[:, :7], x, x)
 
 
 # --- 2. the NumPy twins of the tiled algorithms -------------------------------------------
@@ -613,6 +754,155 @@ def test_cross_entropy_twin_with_minus_inf_logits() -> None:
     expected, _ = op_cross_entropy(logits, targets, dloss, -100, 0.0)
     assert np.isfinite(loss).all()
     assert_close(loss, expected, 1e-5, "loss")
+
+
+# --- Llama's kernels: rmsnorm.cu, rotary.cu, swiglu.cu ------------------------------------
+# (shape, n): one or two normalized dims, n below, at and off a warp, rows over one
+# 64-row dweight chunk (130 rows: three chunks)
+RMS_NORM_CASES = [((4, 768), 768), ((3, 5, 33), 33), ((2, 3, 4, 5), 20), ((1, 1), 1),
+                  ((7, 2049), 2049), ((130, 16), 16)]
+
+
+def rms_norm_inputs(shape: tuple, n: int, dtype: type, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    w = rng.standard_normal(n).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    return x, w, dy
+
+
+def op_rms_norm(x, w, dy, n: int, eps: float, device: str = "cpu") -> list:
+    """out, dx, dw (None without w) of the op ``F.rms_norm`` over x's trailing dims of n."""
+    dims, size = 0, 1
+    while size < n:
+        dims += 1
+        size *= x.shape[-dims]
+    leaves = [mt.tensor(a, device=device, requires_grad=True) if a is not None else None
+              for a in (x, None if w is None else w.reshape(x.shape[-dims:]))]
+    out = F.rms_norm(leaves[0], x.shape[-dims:], leaves[1], eps)
+    out.backward(mt.tensor(dy, device=device))
+    return [out.detach().cpu().numpy(), leaves[0].grad.cpu().numpy(),
+            None if w is None else leaves[1].grad.cpu().numpy().reshape(n)]
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["weight", "none"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("case", RMS_NORM_CASES, ids=lambda c: f"{c[0]}-n{c[1]}")
+def test_rms_norm_twin_matches_the_op(case: tuple, dtype: type, affine: bool) -> None:
+    shape, n = case
+    x, w, dy = rms_norm_inputs(shape, n, dtype)
+    w = w if affine else None
+    out, rstd = reference.rms_norm_forward(x, w, 1e-5, n)
+    dx, dw = reference.rms_norm_backward(dy, x, w, rstd, n)
+    rtol = TWIN_RTOL[dtype]
+    rows = x.reshape(-1, n)
+    assert_close(rstd, 1 / np.sqrt((rows * rows).mean(axis=1) + 1e-5), rtol, "rstd")
+    for name, got, ref in zip(("out", "dx", "dw"), (out, dx, dw),
+                              op_rms_norm(x, w, dy, n, 1e-5)):
+        if ref is None:
+            assert got is None, name
+            continue
+        assert got.dtype == dtype and got.shape == ref.shape, name
+        assert_close(got, ref, rtol, name)
+
+
+def test_rms_norm_twin_reads_bf16_as_stored() -> None:
+    """bf16 x and dy are widened exactly: the statistics and gradients are the float32
+    twin's on the same values bit for bit, and out is its output rounded once to bf16."""
+    x, w, dy = rms_norm_inputs((9, 70), 70, BF16)
+    w = w.astype(np.float32)
+    out, rstd = reference.rms_norm_forward(x, w, 1e-6, 70)
+    grads = reference.rms_norm_backward(dy, x, w, rstd, 70)
+    wide = [a.astype(np.float32) for a in (x, dy)]
+    ref_out, ref_rstd = reference.rms_norm_forward(wide[0], w, 1e-6, 70)
+    ref_grads = reference.rms_norm_backward(wide[1], wide[0], w, ref_rstd, 70)
+    assert out.dtype == BF16
+    np.testing.assert_array_equal(out, ref_out.astype(BF16))
+    for name, got, ref in zip(("rstd", "dx", "dw"), (rstd, *grads), (ref_rstd, *ref_grads)):
+        assert got.dtype == np.float32, name
+        np.testing.assert_array_equal(got, ref, err_msg=name)
+
+
+def rotary_tables(T: int, D: int, dtype: type = np.float32, base: float = 10000.0):
+    """Llama's cos, sin (T, D / 2): angle t * base^(-2i / D) of position t, pair i."""
+    inv_freq = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    angles = np.arange(T, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def rotary_formula(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Hugging Face's form: x * cos + rotate_half(x) * sin, with rotate_half(x) =
+    (-x2, x1) and the tables repeated over both halves."""
+    half = x.shape[-1] // 2
+    c = np.concatenate([cos, cos], axis=-1)[None, :, None, :]
+    s = np.concatenate([sin, sin], axis=-1)[None, :, None, :]
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * c + rotated * s
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("shape", [(2, 7, 4, 16), (1, 33, 3, 128), (3, 1, 1, 2)])
+def test_rotary_twin_matches_the_formula(shape: tuple, dtype: type) -> None:
+    """Forward against the formula; inverse undoes it and is its transpose (the backward:
+    <rotate(x), y> = <x, inverse(y)>)."""
+    B, T, H, D = shape
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    cos, sin = rotary_tables(T, D, dtype)
+    rtol = TWIN_RTOL[dtype]
+    out = reference.rotary_forward(x, cos, sin, False)
+    assert out.dtype == dtype
+    assert_close(out, rotary_formula(x, cos, sin), rtol, "out")
+    assert_close(reference.rotary_forward(out, cos, sin, True), x, rtol, "inverse")
+    back = reference.rotary_forward(y, cos, sin, True)
+    assert_close(np.array((out * y).sum()), np.array((x * back).sum()), rtol * 10, "adjoint")
+
+
+def test_rotary_twin_reads_bf16_as_stored() -> None:
+    x = np.random.default_rng(2).standard_normal((2, 5, 3, 8)).astype(BF16)
+    cos, sin = rotary_tables(5, 8)
+    out = reference.rotary_forward(x, cos, sin, False)
+    assert out.dtype == BF16
+    np.testing.assert_array_equal(
+        out, reference.rotary_forward(x.astype(np.float32), cos, sin, False).astype(BF16))
+
+
+def swiglu_inputs(shape: tuple, dtype: type, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    gate = (rng.standard_normal(shape) * 4).astype(dtype)
+    gate.flat[:4] = [-100.0, -20.0, 20.0, 100.0]  # the sigmoid's tails: no overflow, no nan
+    return gate, rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
+
+
+def op_swiglu(gate, up, dy, device: str = "cpu") -> list:
+    """silu(gate) * up by the ops, and its gradients."""
+    g, u = (mt.tensor(a, device=device, requires_grad=True) for a in (gate, up))
+    out = F.silu(g) * u
+    out.backward(mt.tensor(dy, device=device))
+    return [out.detach().cpu().numpy(), g.grad.cpu().numpy(), u.grad.cpu().numpy()]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("shape", [(1000,), (3, 5, 257)])
+def test_swiglu_twin_matches_the_op(shape: tuple, dtype: type) -> None:
+    gate, up, dy = swiglu_inputs(shape, dtype)
+    out = reference.swiglu_forward(gate, up)
+    grads = reference.swiglu_backward(dy, gate, up)
+    for name, got, ref in zip(("out", "dgate", "dup"), (out, *grads), op_swiglu(gate, up, dy)):
+        assert got.dtype == dtype and np.isfinite(got).all(), name
+        assert_close(got, ref, TWIN_RTOL[dtype], name)
+
+
+def test_swiglu_twin_reads_bf16_as_stored() -> None:
+    gate, up, dy = swiglu_inputs((4, 33), BF16)
+    wide = [a.astype(np.float32) for a in (gate, up, dy)]
+    out = reference.swiglu_forward(gate, up)
+    assert out.dtype == BF16
+    np.testing.assert_array_equal(out, reference.swiglu_forward(*wide[:2]).astype(BF16))
+    for got, ref in zip(reference.swiglu_backward(dy, gate, up),
+                        reference.swiglu_backward(wide[2], *wide[:2])):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, ref)
 
 
 # --- 3. the kernels on a GPU ----------------------------------------------------------------
@@ -1034,3 +1324,91 @@ def test_bf16_products_through_cublas(layout: str) -> None:
         rounded = cupy.asnumpy(got).astype(BF16)  # float32 sums, then one rounding
         mismatch = (cupy.asnumpy(out).view(np.uint16) != rounded.view(np.uint16)).mean()
         assert mismatch < 0.01, mismatch  # a sum order may differ: a last bit at most
+
+
+# --- Llama's kernels on a GPU ---------------------------------------------------------------
+LLAMA_STORED = {"float32": np.float32, "bf16": BF16}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+@pytest.mark.parametrize("affine", [True, False], ids=["weight", "none"])
+@pytest.mark.parametrize("case", RMS_NORM_CASES + [((64 * 65535 + 100, 1), 1)],
+                         ids=lambda c: f"{c[0]}-n{c[1]}")  # the last: 65535 chunks of 65 rows
+@needs_cuda
+def test_rms_norm_kernel_matches_its_twin(case: tuple, affine: bool, dtype: str) -> None:
+    """out and rstd, dx and dw against the twin (float32 sums in another order: to 1e-5;
+    bf16's out to its last bit), and against float64 ops."""
+    import cupy
+    shape, n = case
+    x, w, dy = rms_norm_inputs(shape, n, np.float32, seed=3)
+    x, dy = x.astype(LLAMA_STORED[dtype]), dy.astype(LLAMA_STORED[dtype])
+    w = w if affine else None
+    assert kernels.supports_rms_norm(x.reshape(-1, n), w)
+    out, rstd = kernels.rms_norm_forward(cupy.asarray(x), None if w is None else cupy.asarray(w),
+                                         1e-5, n)
+    dx, dw = kernels.rms_norm_backward(cupy.asarray(dy), cupy.asarray(x),
+                                       None if w is None else cupy.asarray(w), rstd, n)
+    ref_out, ref_rstd = reference.rms_norm_forward(x, w, 1e-5, n)
+    ref_dx, ref_dw = reference.rms_norm_backward(dy, x, w, ref_rstd, n)
+    assert out.dtype == x.dtype and rstd.dtype == dx.dtype == np.float32
+    assert (dw is None) == (w is None)
+    rtol = 1e-5 if dtype == "float32" else 1e-2
+    assert_close(cupy.asnumpy(out).astype(np.float64), ref_out.astype(np.float64), rtol, "out")
+    for name, got, ref in (("rstd", rstd, ref_rstd), ("dx", dx, ref_dx), ("dw", dw, ref_dw)):
+        if ref is not None:
+            assert_close(cupy.asnumpy(got), ref, 1e-4, name)
+    wide = [None if a is None else a.astype(np.float64) for a in (x, w, dy)]
+    for name, got, ref in zip(("dx", "dw"), (dx, dw), op_rms_norm(*wide, n, 1e-5)[1:]):
+        if ref is not None:
+            assert_close(cupy.asnumpy(got).astype(np.float64), ref, GPU_RTOL, name)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+@pytest.mark.parametrize("inverse", [False, True], ids=["forward", "inverse"])
+@pytest.mark.parametrize("layout", ["contiguous", "fused-projection", "bhtd", "strided-dim"])
+@needs_cuda
+def test_rotary_kernel_matches_its_twin(layout: str, inverse: bool, dtype: str) -> None:
+    """Strided q and k views of a fused (B, T, (H + 2 Hkv) D) projection read in place;
+    a strided last dim copied; against the twin (float32: to rounding; bf16: a last bit)."""
+    import cupy
+    B, T, H, D = 2, 37, 4, 64
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal((B, T, (H + 4) * D)).astype(LLAMA_STORED[dtype])
+    gpu = cupy.asarray(base)
+    views = {
+        "contiguous": lambda a: a[..., :H * D].copy().reshape(B, T, H, D),
+        "fused-projection": lambda a: a[..., H * D:(H + 2) * D].reshape(B, T, 2, D),
+        "bhtd": lambda a: a[..., :H * D].reshape(B, T, H, D).transpose(0, 2, 1, 3).copy()
+        .transpose(0, 2, 1, 3),
+        "strided-dim": lambda a: a.reshape(B, T, H, 2 * D)[..., ::2],
+    }
+    x, x_gpu = views[layout](base), views[layout](gpu)
+    cos, sin = rotary_tables(T, x.shape[-1])
+    assert kernels.supports_rotary(x_gpu, cupy.asarray(cos), cupy.asarray(sin))
+    out = kernels.rotary_forward(x_gpu, cupy.asarray(cos), cupy.asarray(sin), inverse)
+    assert out.dtype == x.dtype and out.flags.c_contiguous
+    ref = reference.rotary_forward(x, cos, sin, inverse)
+    rtol = 1e-6 if dtype == "float32" else 1e-2
+    assert_close(cupy.asnumpy(out).astype(np.float64), ref.astype(np.float64), rtol, "out")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+@pytest.mark.parametrize("shape", [(1,), (3, 1000), (2, 3, 257), (70001,)])
+@needs_cuda
+def test_swiglu_kernel_matches_its_twin(shape: tuple, dtype: str) -> None:
+    import cupy
+    gate, up, dy = (a.astype(LLAMA_STORED[dtype]) for a in swiglu_inputs(shape, np.float32, 5))
+    out = kernels.swiglu_forward(cupy.asarray(gate), cupy.asarray(up))
+    grads = kernels.swiglu_backward(*map(cupy.asarray, (dy, gate, up)))
+    assert out.dtype == gate.dtype and all(g.dtype == np.float32 for g in grads)
+    rtol = 1e-5 if dtype == "float32" else 1e-2
+    ref = reference.swiglu_forward(gate, up)
+    assert_close(cupy.asnumpy(out).astype(np.float64), ref.astype(np.float64), rtol, "out")
+    for name, got, ref in zip(("dgate", "dup"), grads, reference.swiglu_backward(dy, gate, up)):
+        assert np.isfinite(cupy.asnumpy(got)).all(), name
+        assert_close(cupy.asnumpy(got), ref, 1e-5, name)
+    # strided halves of a fused (.., 2F) gate/up projection: copied once, same results
+    fused = cupy.asarray(np.concatenate([gate, up], axis=-1))
+    half = gate.shape[-1]
+    out_fused = kernels.swiglu_forward(fused[..., :half], fused[..., half:])
+    np.testing.assert_array_equal(cupy.asnumpy(out_fused), cupy.asnumpy(out))

@@ -25,13 +25,17 @@ from ..dtypes import NARROW_FLOATS, bfloat16
 
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("layernorm.cu", "gelu.cu", "cross_entropy.cu", "adamw.cu", "attention.cu",
-           "attention_softmax.cu")
+           "attention_softmax.cu", "rmsnorm.cu", "rotary.cu", "swiglu.cu")
 COMPILE_OPTIONS = ("-std=c++17",)  # NVRTC picks the architecture of the current device
-ELEMENTWISE_THREADS = 256  # gelu.cu and adamw.cu: threads per block of a grid-stride loop
+ELEMENTWISE_THREADS = 256  # gelu.cu, adamw.cu, rotary.cu, swiglu.cu: threads per block of a
+# grid-stride loop
 
 FLOAT32 = np.dtype(np.float32)
 INT64 = np.dtype(np.int64)
 BFLOAT16 = np.dtype(bfloat16)
+# INPUT_DTYPE of rmsnorm.cu, rotary.cu and swiglu.cu: the storage dtypes they read (and
+# write their outputs in), widened to float32 on load; attention.cu's codes, less fp16
+INPUT_DTYPES = {"float32": 0, "bfloat16": 1}
 
 
 # --- sources and modules ------------------------------------------------------------------
@@ -100,6 +104,31 @@ def is_float32_or_narrower(*arrays: Any) -> bool:
     compute in float32 either way, as autocast wants)."""
     return all(a is not None and (a.dtype == FLOAT32 or a.dtype in NARROW_FLOATS)
                for a in arrays)
+
+
+def input_code(dtype: Any) -> Any:
+    """INPUT_DTYPE (``INPUT_DTYPES``) for arrays of ``dtype``; None for one the kernels
+    that store float32 or bf16 cannot read."""
+    return INPUT_DTYPES.get(np.dtype(dtype).name)
+
+
+def is_float32_or_bf16(*arrays: Any) -> bool:
+    """Every one of ``arrays`` is given and float32 or bf16 (read as stored)."""
+    return all(a is not None and input_code(a.dtype) is not None for a in arrays)
+
+
+def check_input_dtype(op: str, **arrays: Any) -> None:
+    """TypeError naming the first of ``arrays`` that is not float32 or bf16, or whose dtype
+    differs from the first's (one module reads them all in one storage type)."""
+    first = None
+    for name, a in arrays.items():
+        if input_code(a.dtype) is None:
+            raise TypeError(f"{op}: {name} must be float32 or bfloat16, got {a.dtype}")
+        if first is None:
+            first = (name, a.dtype)
+        elif a.dtype != first[1]:
+            raise TypeError(f"{op}: {name} must have {first[0]}'s dtype {first[1]}, got "
+                            f"{a.dtype}")
 
 
 def check_float32(op: str, **arrays: Any) -> None:
