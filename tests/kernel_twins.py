@@ -17,8 +17,8 @@ from typing import Tuple
 
 import numpy as np
 
-from minitorch_gpu.backend.kernels.attention import (attention_head_split,
-                                                     attention_input_code, attention_strides)
+from minitorch_gpu.backend.kernels.attention import (attention_group, attention_input_code,
+                                                     attention_layout)
 
 WARP = 32
 # attention.cu
@@ -66,33 +66,40 @@ def _as_heads(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-2], x.shape[-1])  # (..., n, E) -> (BH, n, E)
 
 
-def _read_heads(*arrays: np.ndarray) -> list:
-    """``arrays`` (q, k, v[, do]: (..., n, E)) as the kernels read them: (BH, n, E) through
-    the launcher's batch, head and row strides (``attention_head_split``,
-    ``attention_strides``; copied first where the launcher copies), widened to float32 from
-    bf16/fp16 as the kernels' to_float does (float32 and float64 stay as they are)."""
-    split, copy = attention_head_split(arrays)
-    heads = []
-    for x, c in zip(arrays, copy):
-        x = np.ascontiguousarray(x) if c else x
-        batch, (n, E) = x.shape[:-2], x.shape[-2:]
-        outer, inner, row = attention_strides(x, split)
-        shape = (int(np.prod(batch[:split])), int(np.prod(batch[split:])), n, E)
+def _read_heads(group: int, *arrays: np.ndarray) -> list:
+    """``arrays`` (q, k, v[, do]: (..., n, E)) as the kernels read them, through the
+    launcher's strides (``attention_layout``; copied first where the launcher copies): q
+    and do as (BHG, n, E), query head (b, h, g) at flat index (b * H + h) * G + g, and k, v
+    as (BH, n, E), kv head (b, h) at b * H + h (G = ``group``; 1 without grouping). Widened
+    to float32 from bf16/fp16 as the kernels' to_float does (float32 and float64 stay)."""
+    arrays, heads, strides = attention_layout(arrays, group)
+    read_heads = []
+    for x, steps in zip(arrays, strides):
+        n, E = x.shape[-2:]
+        if len(steps) == 3:  # k, v: (batch, head, row)
+            steps, G = (steps[0], steps[1], 0, steps[2]), 1
+        else:  # q, do: (batch, head, group, row)
+            G = group
+        shape = (x.size // (n * E * heads * G), heads, G, n, E)
         read = np.lib.stride_tricks.as_strided(
-            x, shape, tuple(s * x.itemsize for s in (outer, inner, row, 1)), writeable=False)
-        read = read.reshape(-1, n, E)  # (BH, n, E)
-        heads.append(read.astype(np.float32) if attention_input_code(x.dtype) in (1, 2)
-                     else read)
-    return heads
+            x, shape, tuple(s * x.itemsize for s in (*steps, 1)), writeable=False)
+        read = read.reshape(-1, n, E)
+        read_heads.append(read.astype(np.float32) if attention_input_code(x.dtype) in (1, 2)
+                          else read)
+    return read_heads
 
 
 # --- attention.cu -------------------------------------------------------------------------
 def flash_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
                             scale: float) -> Tuple[np.ndarray, np.ndarray]:
     """Twin of ``flash_attention_forward``: (o (..., L, E), lse (..., L)), in float32 for
-    float32/bf16/fp16 inputs (float64 ones stay float64), read as the kernel reads them."""
+    float32/bf16/fp16 inputs (float64 ones stay float64), read as the kernel reads them.
+    Grouped-query attention as q (..., Hkv, G, L, E) over k, v (..., Hkv, 1, S, E): query
+    head (h, g) reads kv head h."""
     batch = q.shape[:-2]
-    q, k, v = _read_heads(q, k, v)
+    group = attention_group(q, k, v)
+    q, k, v = _read_heads(group, q, k, v)
+    k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # block bh reads bh // G
     BH, L, E = q.shape
     S = k.shape[1]
     dtype = q.dtype
@@ -127,9 +134,13 @@ def flash_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
                              do: np.ndarray, lse: np.ndarray, causal: bool,
                              scale: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Twin of the three backward kernels: (dq, dk, dv), contiguous, in the forward's
-    dtype; do is read in q's dtype, as the launcher casts it."""
+    dtype; do is read in q's dtype, as the launcher casts it. Grouped (q (..., Hkv, G, L,
+    E), k, v (..., Hkv, 1, S, E)): dk, dv of k's shape, each kv block summing the G query
+    heads of its group in turn."""
     q_shape, k_shape = q.shape, k.shape
-    q, k, v, do = _read_heads(q, k, v, do.astype(q.dtype, copy=False))
+    group = attention_group(q, k, v)
+    q, k_kv, v_kv, do = _read_heads(group, q, k, v, do.astype(q.dtype, copy=False))
+    k, v = np.repeat(k_kv, group, axis=0), np.repeat(v_kv, group, axis=0)  # dq reads bh // G
     o = _as_heads(o)
     BH, L, E = q.shape
     S = k.shape[1]
@@ -159,25 +170,31 @@ def flash_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
         n = min(BR, L - q0)
         dq[:, q0:q0 + n] = acc[:, :n] * scale
 
-    # flash_attention_backward_dkdv: blocks of keys, walking Q tiles
-    dk, dv = np.empty_like(k), np.empty_like(v)
+    # flash_attention_backward_dkdv: blocks of keys of a kv head, walking the Q tiles of
+    # each of its group's G query heads in turn
+    KBH = k_kv.shape[0]
+    dk, dv = np.empty_like(k_kv), np.empty_like(v_kv)
     BK = WARPS * rows_per_warp
+    q_g, do_g = (a.reshape(KBH, group, L, E) for a in (q, do))  # query head (bh, g)
+    lse_g, delta_g = (a.reshape(KBH, group, L) for a in (lse, delta))
     for k0 in range(0, S, BK):
-        k_s, v_s = load_tile(k, k0, BK), load_tile(v, k0, BK)  # (BH, BK, E)
+        k_s, v_s = load_tile(k_kv, k0, BK), load_tile(v_kv, k0, BK)  # (KBH, BK, E)
         keys = np.arange(k0, k0 + BK)[:, None]  # (BK, 1): the key of each (warp, r)
-        dk_acc = np.zeros((BH, BK, E), dtype=dtype)
-        dv_acc = np.zeros((BH, BK, E), dtype=dtype)
-        for q0 in range(k0 if causal else 0, L, TILE):
-            q_s, do_s = load_tile(q, q0, TILE), load_tile(do, q0, TILE)
-            lse_s, delta_s = load_vector(lse, q0, TILE), load_vector(delta, q0, TILE)
-            queries = np.arange(q0, q0 + TILE)[None, :]  # (1, TILE): query = q0 + lane
-            mask = (queries < L) & visible(queries, keys, S, causal)
-            s = k_s @ np.swapaxes(q_s, 1, 2)  # (BH, BK, TILE)
-            dp = v_s @ np.swapaxes(do_s, 1, 2)
-            p = np.where(mask, np.exp(s * scale - lse_s[:, None, :]), 0)
-            ds = np.where(mask, p * (dp - delta_s[:, None, :]), 0)
-            dv_acc += p @ do_s  # the shuffled p_i times do_s[i]
-            dk_acc += ds @ q_s
+        dk_acc = np.zeros((KBH, BK, E), dtype=dtype)
+        dv_acc = np.zeros((KBH, BK, E), dtype=dtype)
+        for g in range(group):
+            for q0 in range(k0 if causal else 0, L, TILE):
+                q_s, do_s = load_tile(q_g[:, g], q0, TILE), load_tile(do_g[:, g], q0, TILE)
+                lse_s = load_vector(lse_g[:, g], q0, TILE)
+                delta_s = load_vector(delta_g[:, g], q0, TILE)
+                queries = np.arange(q0, q0 + TILE)[None, :]  # (1, TILE): query = q0 + lane
+                mask = (queries < L) & visible(queries, keys, S, causal)
+                s = k_s @ np.swapaxes(q_s, 1, 2)  # (KBH, BK, TILE)
+                dp = v_s @ np.swapaxes(do_s, 1, 2)
+                p = np.where(mask, np.exp(s * scale - lse_s[:, None, :]), 0)
+                ds = np.where(mask, p * (dp - delta_s[:, None, :]), 0)
+                dv_acc += p @ do_s  # the shuffled p_i times do_s[i]
+                dk_acc += ds @ q_s
         n = min(BK, S - k0)  # keys past S are not written
         dk[:, k0:k0 + n] = dk_acc[:, :n] * scale
         dv[:, k0:k0 + n] = dv_acc[:, :n]

@@ -205,15 +205,21 @@ def kernels_input_dtype(code: int) -> np.dtype:
 
 def assert_strides_read(array: np.ndarray, args: dict, name: str) -> None:
     """The kernels read element (b, h, i, d) of input ``name`` at b * name_batch + h *
-    name_head + i * name_row + d (heads = args["heads"]): that must be array's element
-    (..., i, d) at flat batch index b * heads + h."""
+    name_head + i * name_row + d (heads = args["heads"]), and of q and dO, which have a
+    group stride, element (b, h, g, i, d) at that + g * name_group (g < args["group"]):
+    that must be array's element (..., i, d) at flat batch index (b * heads + h) * G + g."""
     n, E = array.shape[-2:]
     heads = int(args["heads"])
-    strides = [int(args[f"{name}_{part}"]) for part in ("batch", "head", "row")]
+    group = int(args["group"]) if f"{name}_group" in args else 1
+    parts = ("batch", "head", "group", "row") if f"{name}_group" in args else \
+        ("batch", "head", "row")
+    strides = [int(args[f"{name}_{part}"]) for part in parts]
+    if len(strides) == 3:
+        strides.insert(2, 0)
     problems = array.size // (n * E)
-    assert problems % heads == 0, (name, problems, heads)
+    assert problems % (heads * group) == 0, (name, problems, heads, group)
     read = np.lib.stride_tricks.as_strided(
-        array, (problems // heads, heads, n, E),
+        array, (problems // (heads * group), heads, group, n, E),
         tuple(s * array.itemsize for s in (*strides, 1)), writeable=False)
     np.testing.assert_array_equal(read.reshape(array.shape), array, err_msg=name)
 
@@ -350,6 +356,24 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
         for name, args in launches:
             inputs = [a for a in args if isinstance(a, np.ndarray) and a.dtype == BF16]
             assert inputs and all(any(a is b for b in (*heads, do)) for a in inputs), name
+    # grouped-query attention: q (B, Hkv, G, T, hs) views of a fused (B, T, (Hq + 2 Hkv) hs)
+    # projection, k and v (B, Hkv, 1, T, hs) views of it; dk, dv in k's shape
+    B, T, Hkv, G, hs = 2, 45, 2, 3, 16
+    fused = np.random.default_rng(3).standard_normal((B, T, Hkv * (G + 2), hs)).astype(BF16)
+    q = fused[:, :, :Hkv * G].reshape(B, T, Hkv, G, hs).transpose(0, 2, 3, 1, 4)
+    k, v = (fused[:, :, Hkv * (G + i):Hkv * (G + i + 1)].transpose(0, 2, 1, 3)[:, :, None]
+            for i in (0, 1))
+    do = np.zeros((B, T, Hkv, G, hs), BF16).transpose(0, 2, 3, 1, 4)
+    assert kernels.attention_group(q, k, v) == G
+    for causal in (True, False):
+        del launches[:]
+        o, lse = kernels.flash_attention_forward(q, k, v, causal, 0.25)
+        assert o.shape == q.shape and lse.shape == q.shape[:-1]
+        grads = kernels.flash_attention_backward(q, k, v, o, do, lse, causal, 0.25)
+        assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+        for name, args in launches:
+            inputs = [a for a in args if isinstance(a, np.ndarray) and a.dtype == BF16]
+            assert inputs and all(any(a is b for b in (q, k, v, do)) for a in inputs), name
     scores = np.zeros((2, 3, 45, 50), f32)
     seed = np.ones(1, np.uint64)
     for dtype, dropout_p in ((f32, 0.0), (BF16, 0.1)):
@@ -408,6 +432,14 @@ def test_dispatch_rules() -> None:
     assert not kernels.supports_flash_attention(too_long, too_long, too_long, None, 0.0)
     too_many = np.broadcast_to(np.zeros(1, np.float32), (2 ** 27, 1024, 1))  # 2^33 blocks
     assert not kernels.supports_flash_attention(too_many, too_many, too_many, None, 0.0)
+    # grouped-query attention: q (..., Hkv, G, L, E) over k, v (..., Hkv, 1, S, E)
+    gq, gk = np.zeros((2, 3, 4, 7, 64), np.float32), np.zeros((2, 3, 1, 9, 64), np.float32)
+    assert kernels.supports_flash_attention(gq, gk, gk, None, 0.0)
+    assert kernels.attention_group(gq, gk, gk) == 4 and kernels.attention_group(q, q, q) == 1
+    assert not kernels.supports_flash_attention(gq, gk[:1], gk[:1], None, 0.0)
+    assert not kernels.supports_flash_attention(gq, gk, gq[..., :9, :], None, 0.0)
+    assert kernels.supports_flash_attention(gq[0], gk[0], gk[0], None, 0.0)  # (Hkv, G, L, E)
+    assert not kernels.supports_flash_attention(gq[0, 0], gk[0, 0], gk[0, 0], None, 0.0)  # no Hkv
 
 
 def test_launchers_name_bad_arguments() -> None:
@@ -677,6 +709,90 @@ def test_flash_attention_twin_reads_stored_dtypes_and_strided_heads(dtype: type,
     o, lse = reference.flash_attention_forward(*heads, causal, 0.25)
     grads = reference.flash_attention_backward(*heads, o, do, lse, causal, 0.25)
     wide = [np.ascontiguousarray(a, dtype=np.float32) for a in (*heads, do)]
+    ref_o, ref_lse = reference.flash_attention_forward(*wide[:3], causal, 0.25)
+    ref_grads = reference.flash_attention_backward(*wide[:3], ref_o, wide[3], ref_lse, causal,
+                                                   0.25)
+    for name, got, ref in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, *grads),
+                              (ref_o, ref_lse, *ref_grads)):
+        assert got.dtype == np.float32 and got.shape == ref.shape, name
+        np.testing.assert_array_equal(got, ref, err_msg=name)
+
+
+def gqa_inputs(B: int, Hkv: int, G: int, L: int, S: int, E: int, dtype: type,
+               seed: int = 0) -> list:
+    """query (B, Hkv * G, L, E), key and value (B, Hkv, S, E), and the output gradient."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(dtype) for shape in
+            ((B, Hkv * G, L, E), (B, Hkv, S, E), (B, Hkv, S, E), (B, Hkv * G, L, E))]
+
+
+def op_gqa(q, k, v, do, causal: bool, scale: float, device: str = "cpu") -> list:
+    """scaled_dot_product_attention(enable_gqa=True): output and gradients, as NumPy."""
+    qkv = [mt.tensor(a, device=device, requires_grad=True) for a in (q, k, v)]
+    out = attention_ops.scaled_dot_product_attention(*qkv, is_causal=causal, scale=scale,
+                                                     enable_gqa=True)
+    out.backward(mt.tensor(do, device=device))
+    return [t.detach().cpu().numpy() for t in (out, *[x.grad for x in qkv])]
+
+
+def grouped(q, k, v, do) -> list:
+    """The grouped form the op builds: q, do (B, Hkv, G, L, E), k, v (B, Hkv, 1, S, E)."""
+    B, Hq, L, E = q.shape
+    Hkv = k.shape[1]
+    return [q.reshape(B, Hkv, Hq // Hkv, L, E), k[:, :, None], v[:, :, None],
+            do.reshape(B, Hkv, Hq // Hkv, L, E)]
+
+
+# (B, Hkv, G, L, S, E): L, S off the tiles, L < S and L > S, head dims at and off a warp
+GQA_CASES = [(2, 2, 1, 45, 45, 32), (1, 2, 2, 37, 50, 64), (2, 1, 4, 33, 20, 17),
+             (1, 3, 4, 70, 70, 128)]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("case", GQA_CASES, ids=lambda c: "B{}-Hkv{}-G{}-L{}-S{}-E{}".format(*c))
+def test_flash_attention_twin_grouped_query(case: tuple, dtype: type, causal: bool) -> None:
+    """Grouped-query attention in the kernels' grouped form (k, v never repeated) against
+    the op's enable_gqa=True on the CPU: o, lse, dq, and dk, dv in k's and v's own shape,
+    summed over each group's G query heads."""
+    B, Hkv, G, L, S, E = case
+    q, k, v, do = gqa_inputs(B, Hkv, G, L, S, E, dtype)
+    scale = 1.0 / math.sqrt(E)
+    gq, gk, gv, gdo = grouped(q, k, v, do)
+    assert kernels.supports_flash_attention(*(a.astype(np.float32) for a in (gq, gk, gv)),
+                                            None, 0.0)
+    o, lse = reference.flash_attention_forward(gq, gk, gv, causal, scale)
+    dq, dk, dv = reference.flash_attention_backward(gq, gk, gv, o, gdo, lse, causal, scale)
+    assert dk.shape == gk.shape and dv.shape == gv.shape
+    got = [o.reshape(q.shape), dq.reshape(q.shape), dk[:, :, 0], dv[:, :, 0]]
+    rtol = TWIN_RTOL[dtype]
+    for name, actual, ref in zip(("o", "dq", "dk", "dv"), got,
+                                 op_gqa(q, k, v, do, causal, scale)):
+        assert actual.dtype == dtype, name
+        assert_close(actual, ref, rtol, name)
+    # lse: each query head's, as ungrouped attention over the repeated keys computes it
+    _, ref_lse = reference.flash_attention_forward(q, np.repeat(k, G, axis=1),
+                                                   np.repeat(v, G, axis=1), causal, scale)
+    assert_close(lse.reshape(ref_lse.shape), ref_lse, rtol, "lse")
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_flash_attention_twin_grouped_query_reads_a_fused_projection(causal: bool) -> None:
+    """Llama's layout: q, k, v strided views of one (B, T, (Hq + 2 Hkv) hs) projection, q
+    as (B, Hkv, G, T, hs), k, v as (B, Hkv, 1, T, hs), dO a view of (B, T, Hq hs), bf16:
+    read in place (no copies), and the same bits as on contiguous float32 copies."""
+    B, T, Hkv, G, hs = 2, 37, 2, 2, 16
+    fused = np.random.default_rng(6).standard_normal((B, T, Hkv * (G + 2), hs)).astype(BF16)
+    q = fused[:, :, :Hkv * G].reshape(B, T, Hkv, G, hs).transpose(0, 2, 3, 1, 4)
+    k, v = (fused[:, :, Hkv * (G + i):Hkv * (G + i + 1)].transpose(0, 2, 1, 3)[:, :, None]
+            for i in (0, 1))
+    do = np.random.default_rng(7).standard_normal((B, T, Hkv, G, hs)).astype(BF16)
+    do = do.transpose(0, 2, 3, 1, 4)
+    assert kernels.attention_layout([q, k, v, do], G)[0][0] is q  # no copy of q
+    assert not any(kernels.attention_head_split([a[..., 0, :, :] for a in (q, k, v, do)])[1])
+    o, lse = reference.flash_attention_forward(q, k, v, causal, 0.25)
+    grads = reference.flash_attention_backward(q, k, v, o, do, lse, causal, 0.25)
+    wide = [np.ascontiguousarray(a, dtype=np.float32) for a in (q, k, v, do)]
     ref_o, ref_lse = reference.flash_attention_forward(*wide[:3], causal, 0.25)
     ref_grads = reference.flash_attention_backward(*wide[:3], ref_o, wide[3], ref_lse, causal,
                                                    0.25)
@@ -1412,3 +1528,36 @@ def test_swiglu_kernel_matches_its_twin(shape: tuple, dtype: str) -> None:
     half = gate.shape[-1]
     out_fused = kernels.swiglu_forward(fused[..., :half], fused[..., half:])
     np.testing.assert_array_equal(cupy.asnumpy(out_fused), cupy.asnumpy(out))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("case", GQA_CASES, ids=lambda c: "B{}-Hkv{}-G{}-L{}-S{}-E{}".format(*c))
+@needs_cuda
+def test_flash_attention_kernel_grouped_query(case: tuple, causal: bool,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """GQA through the op on CUDA, past the dense budget: the flash kernels on the grouped
+    form (k, v not repeated), against float64 enable_gqa attention on the CPU; and the
+    launchers' own outputs (lse, dk and dv in k's shape) against the twin."""
+    import cupy
+    monkeypatch.setattr(attention_ops, "DENSE_MAX_BYTES", 0)
+    B, Hkv, G, L, S, E = case
+    q, k, v, do = gqa_inputs(B, Hkv, G, L, S, E, np.float32, seed=11)
+    scale = 1.0 / math.sqrt(E)
+    got = op_gqa(q, k, v, do, causal, scale, device="cuda")
+    expected = op_gqa(*as_float64(q, k, v, do), causal, scale)
+    for name, g, ref in zip(("o", "dq", "dk", "dv"), got, expected):
+        assert g.dtype == np.float32, name
+        assert_close(g.astype(np.float64), ref, GPU_RTOL, name)
+    gq, gk, gv, gdo = grouped(q, k, v, do)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel_loader, "contiguous", refuse_copies)
+        o, lse = kernels.flash_attention_forward(*map(cupy.asarray, (gq, gk, gv)), causal,
+                                                 scale)
+        grads = kernels.flash_attention_backward(*map(cupy.asarray, (gq, gk, gv)), o,
+                                                 cupy.asarray(gdo), lse, causal, scale)
+    ref_o, ref_lse = reference.flash_attention_forward(gq, gk, gv, causal, scale)
+    ref_grads = reference.flash_attention_backward(gq, gk, gv, ref_o, gdo, ref_lse, causal,
+                                                   scale)
+    for name, g, ref in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, *grads),
+                            (ref_o, ref_lse, *ref_grads)):
+        assert_close(cupy.asnumpy(g), ref, 1e-4, name)

@@ -241,8 +241,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor,
     as PyTorch's. The keys and values are never repeated: the query becomes
     (..., Hkv, G, L, E) and k, v (..., Hkv, 1, S, E) broadcast over the group dim G in
     the batched products (full, tiled and CUDA dense paths), whose k, v gradients sum over
-    it. The flash kernels take identical batch dims only, so long GQA on CUDA (past the
-    dense path's memory budget) runs tiled.
+    it. The flash kernels take this grouped form too (query head (h, g) reads kv head h),
+    so long GQA on CUDA (past the dense path's memory budget) runs in them, their dK and
+    dV summed over each group in k's and v's own shape.
     """
     if enable_gqa and query.ndim >= 3 and key.ndim >= 3 and value.ndim >= 3 and \
             not query.shape[-3] == key.shape[-3] == value.shape[-3]:

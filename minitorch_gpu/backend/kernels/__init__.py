@@ -31,7 +31,8 @@ Everything here imports on machines without CuPy (``backend/_cupy.py`` guards th
 from .adamw import adamw_step, adamw_update, supports_adamw
 from .attention import (ATTENTION_FORWARD_ROWS, ATTENTION_INPUT_DTYPES, ATTENTION_WARPS,
                         MAX_GRID_X, MAX_HEAD_DIM, MAX_SEQUENCE, attention_backward_rows,
-                        attention_head_split, attention_input_code, attention_strides,
+                        attention_group, attention_head_split, attention_input_code,
+                        attention_layout, attention_strides,
                         flash_attention_backward, flash_attention_forward,
                         supports_flash_attention)
 from .attention_softmax import (DROPOUT_BITS, SOFTMAX_THREADS, attention_softmax_backward,
@@ -58,7 +59,8 @@ __all__ = [
     "RMS_NORM_COLUMN_THREADS", "RMS_NORM_ROWS_PER_CHUNK", "RMS_NORM_WARPS_PER_BLOCK",
     "SOFTMAX_THREADS", "SOURCES",
     "SOURCE_DIR", "adamw_step", "adamw_update", "attention_backward_rows",
-    "attention_head_split", "attention_input_code", "attention_softmax_backward",
+    "attention_group", "attention_head_split", "attention_input_code", "attention_layout",
+    "attention_softmax_backward",
     "attention_softmax_forward", "attention_strides", "cross_entropy_backward",
     "cross_entropy_forward", "flash_attention_backward", "flash_attention_forward",
     "gelu_backward", "gelu_forward", "layer_norm_backward", "layer_norm_forward",

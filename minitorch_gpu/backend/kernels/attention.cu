@@ -15,6 +15,14 @@
 // dq, dk and dv (the shapes of q, k, v) in the backward, which reads o as the forward wrote
 // it. The op rounds o and the gradients to the inputs' dtype.
 //
+// Grouped-query attention (GQA). With group = G > 1, q and dO are (B, H, G, L, HEAD_DIM)
+// and k, v (B, H, 1, S, HEAD_DIM): query head (h, g) reads kv head h, for every g, and k
+// and v are never repeated. q and dO take a fourth stride, their group stride (q_group,
+// dout_group; 0 when G = 1); the kernels' problems are the B H G query heads, numbered
+// qbh = (b * H + h) * G + g, which is also their index in o, lse, D and dq. dk and dv are
+// (B, H, 1, S, HEAD_DIM): the dkdv block of kv head (b, h) walks the queries of all G heads
+// of its group in turn, so each dK_j, dV_j is the sum over the group, still without atomics.
+//
 // Forward (online softmax). For each query row, walk the keys tile by tile keeping
 //   m   the running max of the scores s_j = scale * q . k_j seen so far,
 //   l   the running sum of exp(s_j - m),
@@ -33,13 +41,14 @@
 // and the result is deterministic; the price is computing P twice (once per kernel).
 //
 // Grid. The tiled kernels number their blocks in one flat row, blockIdx.x = bh * tiles +
-// tile, where bh = b * H + h is the (batch, head) problem and tile the block's place among
-// the problem's row tiles. gridDim.x takes 2^31 - 1 blocks where y and z stop at 65535, so
-// neither the number of problems nor the length is held to 65535 tiles by the grid. A
-// problem's blocks are neighbours and share its K/V tiles in L2. Causal: the forward and dq
-// kernels take their problem's tiles last first, so that the query tiles that see the most
-// keys start first and the lightest fill the last wave (dkdv's heaviest key tiles are its
-// first ones already).
+// tile, where bh is the problem (the query head qbh in forward and dq, the kv head
+// b * H + h in dkdv) and tile the block's place among the problem's row tiles.
+// gridDim.x takes 2^31 - 1 blocks where y and z stop at 65535, so neither the number of
+// problems nor the length is held to 65535 tiles by the grid. A problem's blocks are
+// neighbours and share its K/V tiles in L2. Causal: the forward and dq kernels take their
+// problem's tiles last first, so that the query tiles that see the most keys start first
+// and the lightest fill the last wave (dkdv's heaviest key tiles are its first ones
+// already).
 //
 // Length. Nothing in shared memory or registers grows with L or S: a block holds its own
 // rows and one tile of the other side and walks the rest. Offsets into the inputs and
@@ -125,26 +134,33 @@ __device__ __forceinline__ bool visible(int query, int key, int S, int causal) {
 
 // The problem and row tile a block owns (see Grid above).
 struct Place {
-    long long bh;    // b * heads + h: the problem's index in the contiguous outputs
-    long long b, h;  // its batch and head: the inputs' strides apply to these
+    long long bh;    // the problem's index in the contiguous outputs: (b * heads + h) *
+                     // group + g for a query head, b * heads + h for a kv head
+    long long b, h;  // its batch and (kv) head: the inputs' strides apply to these
+    int g;           // its place in the group of query heads that share kv head (b, h)
     int tile;        // which tile of the problem's rows
 };
 
-__device__ __forceinline__ Place place(int tiles, int heads, bool last_first) {
+// `group`: G for blocks of query heads (forward, dq), 1 for blocks of kv heads (dkdv).
+__device__ __forceinline__ Place place(int tiles, int heads, int group, bool last_first) {
     const long long block = blockIdx.x;
     const int tile = (int)(block % tiles);
     Place at;
     at.bh = block / tiles;
-    at.b = at.bh / heads;
-    at.h = at.bh % heads;
+    const long long kv = at.bh / group;
+    at.g = (int)(at.bh % group);
+    at.b = kv / heads;
+    at.h = kv % heads;
     at.tile = last_first ? tiles - 1 - tile : tile;
     return at;
 }
 
-// Row 0 of problem (b, h) of an input with batch stride `batch` and head stride `head`.
+// Row 0 of kv head (b, h) of an input with batch stride `batch` and head stride `head`,
+// and of query head g of its group with group stride `group` (q, dO; 0 for k, v).
 __device__ __forceinline__ const input_t* rows_of(const input_t* x, const Place& at,
-                                                  long long batch, long long head) {
-    return x + at.b * batch + at.h * head;
+                                                  long long batch, long long head,
+                                                  int g = 0, long long group = 0) {
+    return x + at.b * batch + at.h * head + g * group;
 }
 
 // Copy `rows` rows of HEAD_DIM values starting at row `first` of one problem's `count` rows
@@ -195,21 +211,23 @@ __device__ __forceinline__ float recompute_p(const float* q_i, const float* k_j,
 
 // ---- forward --------------------------------------------------------------------------
 // Parallel decomposition: block (bh, tile) owns the BR = WARPS * FWD_ROWS query rows
-// tile * BR ... of problem bh; warp w owns FWD_ROWS of them, handled one after another. For
-// each K/V tile (TILE keys, loaded by the whole block into shared memory) lane j computes
-// the score of key j; warp_max / warp_sum reduce over the tile's keys; then lane j
-// accumulates output dims j, j + 32, ... (acc in registers), reading each key's p_j from
-// its lane with a shuffle. Causal: the block stops at the tile holding its last row's key.
-// grid: ceil(L / BR) * B * H blocks of WARPS * 32 threads.
-// q: (B, H, L, HEAD_DIM), k, v: (B, H, S, HEAD_DIM), strided; o: (B, H, L, HEAD_DIM) and
-// lse: (B, H, L) outputs, contiguous float32.
+// tile * BR ... of query head bh (head (h, g) reads kv head h); warp w owns FWD_ROWS of
+// them, handled one after another. For each K/V tile (TILE keys, loaded by the whole
+// block into shared memory) lane j computes the score of key j; warp_max / warp_sum
+// reduce over the tile's keys; then lane j accumulates output dims j, j + 32, ... (acc in
+// registers), reading each key's p_j from its lane with a shuffle. Causal: the block
+// stops at the tile holding its last row's key.
+// grid: ceil(L / BR) * B * H * G blocks of WARPS * 32 threads.
+// q: (B, H, G, L, HEAD_DIM), k, v: (B, H, 1, S, HEAD_DIM), strided; o: (B, H, G, L,
+// HEAD_DIM) and lse: (B, H, G, L) outputs, contiguous float32.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
 flash_attention_forward(const input_t* __restrict__ q, const input_t* __restrict__ k,
                         const input_t* __restrict__ v, float* __restrict__ o,
-                        float* __restrict__ lse, int L, int S, int heads, float scale,
-                        int causal, long long q_batch, long long q_head, long long q_row,
-                        long long k_batch, long long k_head, long long k_row,
-                        long long v_batch, long long v_head, long long v_row)
+                        float* __restrict__ lse, int L, int S, int heads, int group,
+                        float scale, int causal, long long q_batch, long long q_head,
+                        long long q_group, long long q_row, long long k_batch,
+                        long long k_head, long long k_row, long long v_batch,
+                        long long v_head, long long v_row)
 {
     constexpr int BR = WARPS * FWD_ROWS;
     __shared__ float q_s[BR][HEAD_DIM];     // this block's query rows
@@ -217,11 +235,12 @@ flash_attention_forward(const input_t* __restrict__ q, const input_t* __restrict
     __shared__ float v_s[TILE][HEAD_DIM];   // lane d reads column d: no padding needed
 
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const Place at = place((L + BR - 1) / BR, heads, causal);
+    const Place at = place((L + BR - 1) / BR, heads, group, causal);
     const int q0 = at.tile * BR;
     const input_t* k_h = rows_of(k, at, k_batch, k_head);
     const input_t* v_h = rows_of(v, at, v_batch, v_head);
-    load_tile(&q_s[0][0], HEAD_DIM, rows_of(q, at, q_batch, q_head), q_row, q0, BR, L);
+    load_tile(&q_s[0][0], HEAD_DIM, rows_of(q, at, q_batch, q_head, at.g, q_group), q_row, q0,
+              BR, L);
 
     float acc[FWD_ROWS][DIMS_PER_LANE];
     float m[FWD_ROWS], l[FWD_ROWS];
@@ -277,24 +296,25 @@ flash_attention_forward(const input_t* __restrict__ q, const input_t* __restrict
 }
 
 // ---- backward, step 1: D = rowsum(dO * O) ---------------------------------------------
-// Parallel decomposition: one warp per row (of all B * H * L rows), lanes strided over
+// Parallel decomposition: one warp per row (of all B * H * G * L rows), lanes strided over
 // dims; a grid-stride loop over the rows, so the grid is capped by the caller, not by them.
 // grid: min(ceil(rows / WARPS), a cap) blocks of WARPS * 32 threads.
-// o: (B, H, L, HEAD_DIM), contiguous float32; dout: (B, H, L, HEAD_DIM), strided;
-// delta: (B, H, L) output.
+// o: (B, H, G, L, HEAD_DIM), contiguous float32; dout: (B, H, G, L, HEAD_DIM), strided;
+// delta: (B, H, G, L) output.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
 flash_attention_backward_preprocess(const float* __restrict__ o,
                                     const input_t* __restrict__ dout,
                                     float* __restrict__ delta, long long rows, int L,
-                                    int heads, long long dout_batch, long long dout_head,
+                                    int heads, int group, long long dout_batch,
+                                    long long dout_head, long long dout_group,
                                     long long dout_row)
 {
     const int lane = threadIdx.x % WARP;
     for (long long row = (long long)blockIdx.x * WARPS + threadIdx.x / WARP; row < rows;
          row += (long long)gridDim.x * WARPS) {  // the same for every lane of a warp
-        const long long bh = row / L;
-        const input_t* do_row = dout + (bh / heads) * dout_batch + (bh % heads) * dout_head
-                                + (row % L) * dout_row;
+        const long long qbh = row / L, kv = qbh / group;
+        const input_t* do_row = dout + (kv / heads) * dout_batch + (kv % heads) * dout_head
+                                + (qbh % group) * dout_group + (row % L) * dout_row;
         float sum = 0.0f;
         for (int d = lane; d < HEAD_DIM; d += WARP)
             sum += o[row * HEAD_DIM + d] * to_float(do_row[d]);
@@ -305,20 +325,21 @@ flash_attention_backward_preprocess(const float* __restrict__ o,
 
 // ---- backward, step 2: dQ ---------------------------------------------------------------
 // Parallel decomposition: as the forward. Block (bh, tile) owns BR = WARPS * BWD_ROWS query
-// rows, warp w owns BWD_ROWS of them; for each K/V tile lane j recomputes P_ij and dS_ij
-// for key j, then lane d accumulates dQ_i[d] += dS_ij k_j[d] over the tile's keys.
-// grid: ceil(L / BR) * B * H blocks of WARPS * 32 threads.
-// q, dout: (B, H, L, HEAD_DIM), k, v: (B, H, S, HEAD_DIM), strided; lse, delta: (B, H, L);
-// dq: (B, H, L, HEAD_DIM) output, contiguous float32.
+// rows of query head bh, warp w owns BWD_ROWS of them; for each K/V tile lane j recomputes
+// P_ij and dS_ij for key j, then lane d accumulates dQ_i[d] += dS_ij k_j[d] over the tile.
+// grid: ceil(L / BR) * B * H * G blocks of WARPS * 32 threads.
+// q, dout: (B, H, G, L, HEAD_DIM), k, v: (B, H, 1, S, HEAD_DIM), strided; lse, delta:
+// (B, H, G, L); dq: (B, H, G, L, HEAD_DIM) output, contiguous float32.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
 flash_attention_backward_dq(const input_t* __restrict__ q, const input_t* __restrict__ k,
                             const input_t* __restrict__ v, const input_t* __restrict__ dout,
                             const float* __restrict__ lse, const float* __restrict__ delta,
-                            float* __restrict__ dq, int L, int S, int heads, float scale,
-                            int causal, long long q_batch, long long q_head, long long q_row,
-                            long long k_batch, long long k_head, long long k_row,
-                            long long v_batch, long long v_head, long long v_row,
-                            long long dout_batch, long long dout_head, long long dout_row)
+                            float* __restrict__ dq, int L, int S, int heads, int group,
+                            float scale, int causal, long long q_batch, long long q_head,
+                            long long q_group, long long q_row, long long k_batch,
+                            long long k_head, long long k_row, long long v_batch,
+                            long long v_head, long long v_row, long long dout_batch,
+                            long long dout_head, long long dout_group, long long dout_row)
 {
     constexpr int BR = WARPS * BWD_ROWS;
     __shared__ float q_s[BR][HEAD_DIM];
@@ -327,13 +348,14 @@ flash_attention_backward_dq(const input_t* __restrict__ q, const input_t* __rest
     __shared__ float v_s[TILE][PADDED];
 
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const Place at = place((L + BR - 1) / BR, heads, causal);
+    const Place at = place((L + BR - 1) / BR, heads, group, causal);
     const int q0 = at.tile * BR;
     const input_t* k_h = rows_of(k, at, k_batch, k_head);
     const input_t* v_h = rows_of(v, at, v_batch, v_head);
-    load_tile(&q_s[0][0], HEAD_DIM, rows_of(q, at, q_batch, q_head), q_row, q0, BR, L);
-    load_tile(&do_s[0][0], HEAD_DIM, rows_of(dout, at, dout_batch, dout_head), dout_row, q0,
+    load_tile(&q_s[0][0], HEAD_DIM, rows_of(q, at, q_batch, q_head, at.g, q_group), q_row, q0,
               BR, L);
+    load_tile(&do_s[0][0], HEAD_DIM, rows_of(dout, at, dout_batch, dout_head, at.g,
+                                             dout_group), dout_row, q0, BR, L);
 
     float acc[BWD_ROWS][DIMS_PER_LANE];
     float row_lse[BWD_ROWS], row_delta[BWD_ROWS];
@@ -381,23 +403,26 @@ flash_attention_backward_dq(const input_t* __restrict__ q, const input_t* __rest
 
 // ---- backward, step 3: dK and dV --------------------------------------------------------
 // Parallel decomposition: the transpose of dq's. Block (bh, tile) owns BK = WARPS *
-// BWD_ROWS keys, warp w owns BWD_ROWS of them (k and v rows in shared memory, dK and dV
-// accumulators in registers). It walks the queries that can see its keys (causal: from
-// its first key on) in tiles of TILE: lane i recomputes P_ij and dS_ij for query i, then
-// lane d accumulates dV_j[d] += P_ij dO_i[d] and dK_j[d] += dS_ij q_i[d] over the tile.
+// BWD_ROWS keys of kv head bh, warp w owns BWD_ROWS of them (k and v rows in shared
+// memory, dK and dV accumulators in registers). For each of the G query heads of its
+// group in turn, it walks the queries that can see its keys (causal: from its first key
+// on) in tiles of TILE: lane i recomputes P_ij and dS_ij for query i, then lane d
+// accumulates dV_j[d] += P_ij dO_i[d] and dK_j[d] += dS_ij q_i[d] over the tile. So the
+// accumulators sum over the whole group, g = 0 .. G - 1 and each g's tiles in order.
 // grid: ceil(S / BK) * B * H blocks of WARPS * 32 threads.
-// q, dout: (B, H, L, HEAD_DIM), k, v: (B, H, S, HEAD_DIM), strided; lse, delta: (B, H, L);
-// dk, dv: (B, H, S, HEAD_DIM) outputs, contiguous float32.
+// q, dout: (B, H, G, L, HEAD_DIM), k, v: (B, H, 1, S, HEAD_DIM), strided; lse, delta:
+// (B, H, G, L); dk, dv: (B, H, 1, S, HEAD_DIM) outputs, contiguous float32.
 extern "C" __global__ void __launch_bounds__(WARPS * WARP)
 flash_attention_backward_dkdv(const input_t* __restrict__ q, const input_t* __restrict__ k,
                               const input_t* __restrict__ v, const input_t* __restrict__ dout,
                               const float* __restrict__ lse, const float* __restrict__ delta,
                               float* __restrict__ dk, float* __restrict__ dv, int L, int S,
-                              int heads, float scale, int causal, long long q_batch,
-                              long long q_head, long long q_row, long long k_batch,
-                              long long k_head, long long k_row, long long v_batch,
-                              long long v_head, long long v_row, long long dout_batch,
-                              long long dout_head, long long dout_row)
+                              int heads, int group, float scale, int causal,
+                              long long q_batch, long long q_head, long long q_group,
+                              long long q_row, long long k_batch, long long k_head,
+                              long long k_row, long long v_batch, long long v_head,
+                              long long v_row, long long dout_batch, long long dout_head,
+                              long long dout_group, long long dout_row)
 {
     constexpr int BK = WARPS * BWD_ROWS;
     __shared__ float k_s[BK][HEAD_DIM];
@@ -407,10 +432,8 @@ flash_attention_backward_dkdv(const input_t* __restrict__ q, const input_t* __re
     __shared__ float lse_s[TILE], delta_s[TILE];
 
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const Place at = place((S + BK - 1) / BK, heads, false);
+    const Place at = place((S + BK - 1) / BK, heads, 1, false);  // a kv head per problem
     const int k0 = at.tile * BK;
-    const input_t* q_h = rows_of(q, at, q_batch, q_head);
-    const input_t* do_h = rows_of(dout, at, dout_batch, dout_head);
     load_tile(&k_s[0][0], HEAD_DIM, rows_of(k, at, k_batch, k_head), k_row, k0, BK, S);
     load_tile(&v_s[0][0], HEAD_DIM, rows_of(v, at, v_batch, v_head), v_row, k0, BK, S);
 
@@ -421,34 +444,39 @@ flash_attention_backward_dkdv(const input_t* __restrict__ q, const input_t* __re
         for (int t = 0; t < DIMS_PER_LANE; ++t) dk_acc[r][t] = dv_acc[r][t] = 0.0f;
 
     const int q_start = causal ? k0 : 0;  // earlier queries see none of these keys
-    for (int q0 = q_start; q0 < L; q0 += TILE) {
-        __syncthreads();
-        load_tile(&q_s[0][0], PADDED, q_h, q_row, q0, TILE, L);
-        load_tile(&do_s[0][0], PADDED, do_h, dout_row, q0, TILE, L);
-        if (threadIdx.x < TILE) {
-            const int row = q0 + threadIdx.x;
-            lse_s[threadIdx.x] = row < L ? lse[at.bh * L + row] : 0.0f;
-            delta_s[threadIdx.x] = row < L ? delta[at.bh * L + row] : 0.0f;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int r = 0; r < BWD_ROWS; ++r) {
-            const int local = warp * BWD_ROWS + r, key = k0 + local;
-            if (key >= S) break;
-            const int query = q0 + lane;
-            float p = 0.0f, ds = 0.0f;  // P and dS for (query, key); 0 where masked
-            if (query < L && visible(query, key, S, causal))
-                p = recompute_p(q_s[lane], k_s[local], do_s[lane], v_s[local], scale,
-                                lse_s[lane], delta_s[lane], ds);
-            for (int i = 0; i < TILE; ++i) {
-                const float p_i = __shfl_sync(FULL_MASK, p, i);
-                const float ds_i = __shfl_sync(FULL_MASK, ds, i);
-                #pragma unroll
-                for (int t = 0; t < DIMS_PER_LANE; ++t) {
-                    const int d = lane + WARP * t;
-                    if (d < HEAD_DIM) {
-                        dv_acc[r][t] += p_i * do_s[i][d];
-                        dk_acc[r][t] += ds_i * q_s[i][d];
+    for (int g = 0; g < group; ++g) {
+        const input_t* q_h = rows_of(q, at, q_batch, q_head, g, q_group);
+        const input_t* do_h = rows_of(dout, at, dout_batch, dout_head, g, dout_group);
+        const long long qbh = at.bh * group + g;  // the query head: its rows of lse and delta
+        for (int q0 = q_start; q0 < L; q0 += TILE) {
+            __syncthreads();
+            load_tile(&q_s[0][0], PADDED, q_h, q_row, q0, TILE, L);
+            load_tile(&do_s[0][0], PADDED, do_h, dout_row, q0, TILE, L);
+            if (threadIdx.x < TILE) {
+                const int row = q0 + threadIdx.x;
+                lse_s[threadIdx.x] = row < L ? lse[qbh * L + row] : 0.0f;
+                delta_s[threadIdx.x] = row < L ? delta[qbh * L + row] : 0.0f;
+            }
+            __syncthreads();
+            #pragma unroll
+            for (int r = 0; r < BWD_ROWS; ++r) {
+                const int local = warp * BWD_ROWS + r, key = k0 + local;
+                if (key >= S) break;
+                const int query = q0 + lane;
+                float p = 0.0f, ds = 0.0f;  // P and dS for (query, key); 0 where masked
+                if (query < L && visible(query, key, S, causal))
+                    p = recompute_p(q_s[lane], k_s[local], do_s[lane], v_s[local], scale,
+                                    lse_s[lane], delta_s[lane], ds);
+                for (int i = 0; i < TILE; ++i) {
+                    const float p_i = __shfl_sync(FULL_MASK, p, i);
+                    const float ds_i = __shfl_sync(FULL_MASK, ds, i);
+                    #pragma unroll
+                    for (int t = 0; t < DIMS_PER_LANE; ++t) {
+                        const int d = lane + WARP * t;
+                        if (d < HEAD_DIM) {
+                            dv_acc[r][t] += p_i * do_s[i][d];
+                            dk_acc[r][t] += ds_i * q_s[i][d];
+                        }
                     }
                 }
             }
