@@ -10,7 +10,9 @@ that fails or runs out of time never stops the next:
   tests      the kernel, amp, backend and kernel-dispatch tests on cuda (pytest -m cuda)
   bench      minitorch-gpu bench --case gpt2 --bf16: the GPT-2 124M training step in bf16,
              ms/step, tokens/s, MFU against the bf16 matmul peak measured in the same run
-  train      configs/shakespeare_char_gpu.yaml in bf16, cut to 300 iterations
+  train      configs/shakespeare_char_gpu.yaml in bf16, cut to 220 iterations
+  llama      configs/llama_small.yaml in bf16, cut to 120 iterations: rms_norm, rotary,
+             swiglu and grouped-query attention on the GPU in a real run
   profile    minitorch-gpu profile --backward of the GPT-2 124M shape
   memcheck   compute-sanitizer --tool memcheck over the kernel tests
   rest       the rest of the cuda op table (pytest -m cuda over every other test file)
@@ -198,24 +200,33 @@ def stdlib_chars(run: Run) -> int:
     return 20_000 if run.dry else 3_000_000
 
 
-def train_command(run: Run) -> Command:
-    # built just before the step runs: a rerun's figure must not read the metrics an
-    # earlier run left there (append_metrics) when this one fails before writing its own
-    shutil.rmtree(run.work / "checkpoints", ignore_errors=True)
-    corpus, _ = train_corpus(stdlib_chars(run))
-    sets = corpus + [f"checkpoint.dir={run.work / 'checkpoints'}"]
-    if run.dry:
-        sets += ["model.n_layer=1", "model.n_head=2", "model.n_embd=32",
-                 "model.block_size=32", "train.batch_size=4", "train.max_iters=4",
-                 "train.warmup_iters=1", "train.lr_decay_iters=4", "train.log_interval=1",
-                 "eval.interval=2", "eval.iters=2"]
-    else:  # the warm-up and the decay must fit in the iterations run (config validation)
-        sets += ["train.max_iters=300", "train.warmup_iters=30", "train.lr_decay_iters=300",
-                 "eval.interval=100", "eval.iters=20"]
-    command = [run.python, "-m", "minitorch_gpu", "train", "configs/shakespeare_char_gpu.yaml",
-               "--progress", "lines", "--overwrite"] + (["--device", "cpu"] if run.dry else [])
-    for item in sets:
-        command += ["--set", item]
+def train_command(config: str, iters: int, folder: str) -> Callable[[Run], Command]:
+    """The command of a step that trains ``config`` in bf16 for ``iters`` iterations,
+    writing under run.work / ``folder``."""
+
+    def command(run: Run) -> Command:
+        # built just before the step runs: a rerun's figure must not read the metrics an
+        # earlier run left there (append_metrics) when this one fails before writing its own
+        shutil.rmtree(run.work / folder, ignore_errors=True)
+        corpus, _ = train_corpus(stdlib_chars(run))
+        sets = corpus + [f"checkpoint.dir={run.work / folder}"]
+        if run.dry:
+            sets += ["model.n_layer=1", "model.n_head=2", "model.n_embd=32",
+                     "model.block_size=32", "train.batch_size=4", "train.max_iters=4",
+                     "train.warmup_iters=1", "train.lr_decay_iters=4",
+                     "train.log_interval=1", "eval.interval=2", "eval.iters=2"]
+            if "llama" in config:
+                sets += ["model.n_kv_head=1", "model.ffn_hidden=64"]
+        else:  # the warm-up and the decay must fit in the iterations run (config validation)
+            sets += [f"train.max_iters={iters}", f"train.warmup_iters={iters // 10}",
+                     f"train.lr_decay_iters={iters}", f"eval.interval={iters // 3}",
+                     "eval.iters=20"]
+        command = [run.python, "-m", "minitorch_gpu", "train", config, "--progress", "lines",
+                   "--overwrite"] + (["--device", "cpu"] if run.dry else [])
+        for item in sets:
+            command += ["--set", item]
+        return command
+
     return command
 
 
@@ -357,11 +368,16 @@ def env_figure(text: str, run: Run) -> str:
     return keys[-1] if keys else "no record"
 
 
-def append_metrics(run: Run, log: Path) -> None:
-    """The run's metrics.jsonl, after the trainer's own lines (the figure reads it)."""
-    for path in sorted((run.work / "checkpoints").glob("*/metrics.jsonl")):
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"\n== {path}\n{path.read_text(encoding='utf-8', errors='replace')}")
+def append_metrics(folder: str) -> Callable[[Run, Path], None]:
+    """What a training step does when it has ended: the run's metrics.jsonl (under
+    run.work / ``folder``), after the trainer's own lines (the figure reads it)."""
+
+    def after(run: Run, log: Path) -> None:
+        for path in sorted((run.work / folder).glob("*/metrics.jsonl")):
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"\n== {path}\n{path.read_text(encoding='utf-8', errors='replace')}")
+
+    return after
 
 
 STEPS = [
@@ -371,14 +387,20 @@ STEPS = [
          tests_command, pytest_figure, test_timeout_s=40),
     Step("bench", 55, "bench.log", "GPT-2 124M training step, bf16, batch 16 x 1024",
          bench_command, bench_figure),
-    Step("train", 70, "train.log", "shakespeare_char_gpu.yaml in bf16, 300 iterations",
-         train_command, train_figure, after=append_metrics,
+    Step("train", 55, "train.log", "shakespeare_char_gpu.yaml in bf16, 220 iterations",
+         train_command("configs/shakespeare_char_gpu.yaml", 220, "checkpoints"), train_figure,
+         after=append_metrics("checkpoints"),
          note=lambda run: f"corpus: {train_corpus(stdlib_chars(run))[1]}"),
-    Step("profile", 30, "profile.txt", "profile --backward of the GPT-2 124M shape, batch 8",
+    Step("llama", 30, "train.log", "llama_small.yaml in bf16, 120 iterations (the Llama "
+         "kernels and grouped-query attention in training)",
+         train_command("configs/llama_small.yaml", 120, "checkpoints_llama"), train_figure,
+         after=append_metrics("checkpoints_llama"),
+         note=lambda run: f"corpus: {train_corpus(stdlib_chars(run))[1]}"),
+    Step("profile", 25, "profile.txt", "profile --backward of the GPT-2 124M shape, batch 8",
          profile_command, profile_figure),
     Step("memcheck", 45, "sanitizer.log", "compute-sanitizer memcheck over the kernel tests",
          memcheck_command, sanitizer_figure, test_timeout_s=120),
-    Step("rest", 50, "tests_rest.log", "the rest of the cuda op table (pytest -m cuda)",
+    Step("rest", 40, "tests_rest.log", "the rest of the cuda op table (pytest -m cuda)",
          rest_command, pytest_figure, test_timeout_s=30),
     Step("racecheck", 20, "sanitizer.log", "compute-sanitizer racecheck over four kernel "
          "tests", racecheck_command, sanitizer_figure, test_timeout_s=120),
