@@ -1,6 +1,7 @@
-"""How much memory a GPT run will take, counted from its shape before anything is allocated.
+"""How much memory a model run will take, counted from its shape before anything is
+allocated: a GPT-2 or a Llama (``arch``).
 
-A command that builds a GPT first estimates the bytes it is about to hold and compares
+A command that builds a model first estimates the bytes it is about to hold and compares
 them with the memory this device has free; an estimate over it stops the command with one
 line naming the estimate, the limit and the settings that drive it::
 
@@ -11,41 +12,56 @@ line naming the estimate, the limit and the settings that drive it::
 
 Everything is arithmetic on Python ints, so an absurd size (``n_layer`` 10^9) is refused in
 microseconds, never by allocating until the machine runs out. The count follows what the
-code keeps (``nn/gpt.py``, ``ops/``, ``optim/``), per layer, and errs on the high side:
+code keeps (``nn/gpt.py``, ``nn/llama.py``, ``ops/``, ``optim/``), per layer, and errs on
+the high side. C is n_embd, V the vocabulary, L the layers, F the MLP's width (4 C for
+GPT-2, ffn_hidden for a Llama), K = n_kv_head x head_dim the width of a Llama's keys and
+values (C when n_kv_head = n_head); the arrays themselves are listed by ``model_arrays.py``:
 
-* parameters: P = V C + T_max C + L (12 C^2 + 13 C) + 2 C with biases (L (12 C^2 + 2 C) + C
-  without), the tied ``wte``/``lm_head`` matrix once; bytes w = 4 (float32, and bf16 mixed
-  precision, whose master weights are float32) or 8 (float64);
+* parameters: GPT-2: P = V C + T_max C + L (4 C^2 + 2 C F + 9 C + F) + 2 C with biases
+  (L (4 C^2 + 2 C F + 2 C) + C without); Llama: P = V C + L (2 C^2 + 2 C K + 3 C F + 2 C)
+  + C, plus L (3 C + 2 K + 2 F) with biases, and no position table. An untied ``lm_head``
+  (``tie_embeddings`` false, a Llama's default) adds V C; a tied one is counted once.
+  Bytes w = 4 (float32, and bf16 mixed precision, whose master weights are float32) or 8
+  (float64). A Llama keeps its rotary cos/sin tables too (T_max head_dim f);
 * gradients: P w, one ``.grad`` per parameter (2 P w under data parallelism: the flat
   all-reduce buffer);
 * AdamW: 4 P w, its two moments and the flat gradient and step arrays its update runs in
   (``optim/flat.py``);
-* activations of one micro-batch, what forward saves for backward, per layer and token:
-  the two layer norms' inputs on the residual stream (2 C w) and row statistics (4 f),
-  the inputs of the four linears (C, C, C and 4 C, in the activation dtype a: 2 bytes
-  under bf16 autocast, else w), the packed q, k, v (3 C a), GELU's local derivative in
-  float32 (4 C f); with dropout a one-byte mask per dropped element; plus the attention's
-  own: the (B, nh, T, T) probabilities in a on the full path (the CPU below ``TILED_FROM``
-  = 1,024 keys, or with dropout; CUDA's dense path within ``DENSE_MAX_BYTES``), or the
-  float32 output and log-sum-exp on the tiled (CPU) and flash (CUDA) paths. Then the
-  largest transient of one layer (the float32 (B, nh, T, T) scores or their gradient on
-  the full and dense paths, else GELU's float32 buffers, 12 C f per token) and the
-  residual stream's gradients; under bf16 the bf16 copies of the linear weights, which
-  the products save. f is 4 bytes (8 for float64): the width layer norm, softmax and GELU
-  compute in;
+* activations of one micro-batch, what forward saves for backward, per layer and token,
+  in the activation dtype a (2 bytes under bf16 autocast, else w) unless said:
+  GPT-2: the two layer norms' inputs on the residual stream (2 C w) and row statistics
+  (4 f), the inputs of the four linears (C, C, C and F), the packed q, k, v (3 C),
+  GELU's local derivative in float32 (F f);
+  Llama: the two RMSNorms' inputs (2 C w) and rstd (2 f), the projections' inputs (the
+  norms' outputs, C each, or under bf16 each projection's own copy: 3 C and 2 C;
+  o_proj's C and down_proj's F), the rotated q (C) and k, v (2 K) the attention saves
+  (the rotation saves nothing but its tables), SwiGLU's gate and up (2 F);
+  with dropout a one-byte mask per dropped element; plus the attention's own, with
+  n_head query heads: the (B, nh, T, T) probabilities in a on the full path (the CPU
+  below ``TILED_FROM`` = 1,024 keys, or with dropout; CUDA's dense path within
+  ``DENSE_MAX_BYTES``), or the float32 output and log-sum-exp on the tiled (CPU) and
+  flash (CUDA) paths. Then the largest transient of one layer (the float32 (B, nh, T, T)
+  scores or their gradient on the full and dense paths, else the MLP's float32 buffers:
+  GELU's 3 F f per token, SwiGLU's backward 5 F f) and the residual stream's gradients
+  (2 C w, and q, k and v's gradients: 3 C f, or for a Llama (C + 2 K) f, plus 2 C f for
+  k's and v's per query head when n_kv_head < n_head); under bf16 the bf16 copies of the
+  linear weights, which the products save. f is 4 bytes (8 for float64): the width the
+  norms, softmax and the activations compute in;
 * logits and the loss: B T V (a + 2 f): the logits, the loss's float32 probabilities and
   their gradient;
-* generation: the KV cache, 2 L B T_max C w, one forward pass of a whole window (no
-  saved activations: the larger of a layer's attention and MLP buffers), the last
+* generation: the KV cache, 2 L B T_max K w (n_kv_head heads; K = C for GPT-2), one
+  forward pass of a whole window (no saved activations: the larger of a layer's attention
+  and MLP buffers, beside the layer's input and output on the residual stream), the last
   position's logits and the sampler's sort;
-* building the model (on the host): the parameters, ``lm_head``'s own matrix until it
-  is tied to ``wte``'s and the draw that initialises the largest matrix (3 V C w for a
-  large vocabulary), and a checkpoint's arrays, read before the model takes them (P w).
+* building the model (on the host): the parameters, a tied ``lm_head``'s own matrix until
+  it is tied to the embedding's and the draw that initialises the largest matrix (3 V C w
+  for a large vocabulary), and a checkpoint's arrays, read before the model takes them
+  (P w).
 
 The estimate is the largest of building the model and running it (for training, the
 larger of a micro-batch and an evaluation batch, ``eval.batch_size``). It is about 1.0 to
-1.5 times the peak of real CPU runs (tracemalloc's, in ``tests/test_memory_guard.py``);
-the process's own code and libraries (about 100 MB) are not counted.
+1.5 times the peak of real CPU runs (tracemalloc's, in ``tests/test_memory_guard.py``, for
+GPTs and Llamas); the process's own code and libraries (about 100 MB) are not counted.
 
 The memory available is the device's: on the CPU ``MemAvailable`` from /proc/meminfo
 (``os.sysconf`` elsewhere), lowered by a cgroup's limit or an address-space limit
@@ -58,20 +74,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-import numpy as np
-
-from .backend import dtypes
+from .model_arrays import (Shape, check_gpt_arrays, check_model_arrays, format_bytes,
+                           gpt_parameter_count, gpt_state_count, gpt_state_shape,
+                           gpt_state_shapes, model_parameter_count, model_shape,
+                           model_state_count, model_state_shape, model_state_shapes)
 from .ops.attention import DENSE_MAX_BYTES, TILED_FROM
 
 __all__ = ["Workload", "MemoryEstimate", "MemoryLimit", "MemoryLimitError",
            "estimate_memory", "memory_limit", "check_memory", "workload", "check_workload",
            "format_bytes",
            "gpt_state_shapes", "gpt_state_shape", "gpt_state_count", "gpt_parameter_count",
-           "check_gpt_arrays", "LIMIT_VARIABLE"]
+           "check_gpt_arrays", "LIMIT_VARIABLE", "model_state_shapes", "model_state_shape",
+           "model_state_count", "model_parameter_count", "check_model_arrays"]
 
 LIMIT_VARIABLE = "MINITORCH_GPU_MEMORY_LIMIT_GB"  # a fixed limit in GB, for every command
 GB = 10 ** 9  # decimal, as system.memory_limit_gb and the messages count
@@ -90,128 +107,19 @@ class MemoryLimitError(RuntimeError):
     """The estimate of what a command would allocate is over the memory available."""
 
 
-# --- the arrays of a GPT, from its shape -------------------------------------------------
-# one block's state dict: (name, shape as multiples of n_embd, a bias?), in state-dict order
-_LAYER = (("ln_1.weight", (1,), False), ("ln_1.bias", (1,), True),
-          ("attn.c_attn.weight", (3, 1), False), ("attn.c_attn.bias", (3,), True),
-          ("attn.c_proj.weight", (1, 1), False), ("attn.c_proj.bias", (1,), True),
-          ("ln_2.weight", (1,), False), ("ln_2.bias", (1,), True),
-          ("mlp.c_fc.weight", (4, 1), False), ("mlp.c_fc.bias", (4,), True),
-          ("mlp.c_proj.weight", (1, 4), False), ("mlp.c_proj.bias", (1,), True))
-_LAYER_KEY = re.compile(r"transformer\.h\.(0|[1-9][0-9]*)\.(.+)\Z")
-
-
-def _layer_arrays(bias: bool) -> Dict[str, Tuple[int, ...]]:
-    return {name: factors for name, factors, is_bias in _LAYER if bias or not is_bias}
-
-
-def gpt_state_shapes(config: Any) -> Iterator[Tuple[str, Tuple[int, ...]]]:
-    """(key, shape) of every entry of ``GPT(config).state_dict()``, in its order, made
-    lazily (a GPT of 10^9 layers costs nothing until iterated). ``config``: anything with
-    GPTConfig's fields."""
-    C, V = config.n_embd, config.vocab_size
-    yield "transformer.wte.weight", (V, C)
-    yield "transformer.wpe.weight", (config.block_size, C)
-    layer = _layer_arrays(config.bias)
-    for i in range(config.n_layer):
-        for name, factors in layer.items():
-            yield f"transformer.h.{i}.{name}", tuple(k * C for k in factors)
-    yield "transformer.ln_f.weight", (C,)
-    if config.bias:
-        yield "transformer.ln_f.bias", (C,)
-    yield "lm_head.weight", (V, C)  # the same array as wte's
-
-
-def gpt_state_shape(config: Any, key: str) -> Optional[Tuple[int, ...]]:
-    """The shape of ``key`` in ``GPT(config).state_dict()``, or None if it has no such key;
-    without enumerating the layers."""
-    C, V = config.n_embd, config.vocab_size
-    top = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (config.block_size, C),
-           "transformer.ln_f.weight": (C,), "lm_head.weight": (V, C)}
-    if config.bias:
-        top["transformer.ln_f.bias"] = (C,)
-    if key in top:
-        return top[key]
-    match = _LAYER_KEY.match(key)
-    if match is None or int(match.group(1)) >= config.n_layer:
-        return None
-    factors = _layer_arrays(config.bias).get(match.group(2))
-    return None if factors is None else tuple(k * C for k in factors)
-
-
-def gpt_state_count(config: Any) -> int:
-    """Entries in ``GPT(config).state_dict()`` (the tied matrix under both its names)."""
-    return 4 + bool(config.bias) + config.n_layer * len(_layer_arrays(config.bias))
-
-
-def gpt_parameter_count(config: Any) -> int:
-    """Elements of the GPT's parameters, the tied ``wte``/``lm_head`` matrix once (what
-    ``GPT.num_parameters()`` counts)."""
-    C = config.n_embd
-    per_layer = 12 * C * C + (13 * C if config.bias else 2 * C)
-    return (config.vocab_size * C + config.block_size * C + config.n_layer * per_layer
-            + (2 * C if config.bias else C))
-
-
-def check_gpt_arrays(config: Any, dtype: Any, table: Mapping[str, Tuple[Any, Tuple[int, ...]]],
-                     file_size: int) -> None:
-    """ValueError (one line) unless ``table`` (state-dict key -> (dtype, shape), as a
-    checkpoint's header declares them) is the state dict of a GPT of ``config``:
-    the same keys and shapes, every dtype ``dtype`` (any floating dtype when None), and
-    the weights' bytes within ``file_size``. Costs O(len(table)) whatever ``config``
-    claims: a metadata of 10^9 layers is refused by arithmetic."""
-    smallest = np.dtype(dtype).itemsize if dtype is not None else 2  # bf16 at the least
-    weights = gpt_parameter_count(config) * smallest
-    shape_text = (f"n_layer {config.n_layer}, n_head {config.n_head}, n_embd "
-                  f"{config.n_embd}, block_size {config.block_size}, vocab_size "
-                  f"{config.vocab_size}")
-    if weights > file_size:
-        held = f"{format_bytes(weights)} in {np.dtype(dtype).name}" if dtype is not None \
-            else f"at least {format_bytes(weights)}"
-        raise ValueError(f"the metadata describes a GPT ({shape_text}) of "
-                         f"{gpt_parameter_count(config):,} parameters, {held}, but the whole "
-                         f"file is {format_bytes(file_size)}")
-    expected = gpt_state_count(config)
-    if len(table) != expected:
-        missing = None
-        if len(table) < expected:  # one of the first len(table) + 1 expected keys is absent
-            for key, _ in gpt_state_shapes(config):
-                if key not in table:
-                    missing = key
-                    break
-        what = f"{missing!r} is missing" if missing is not None else \
-            f"{next(k for k in table if gpt_state_shape(config, k) is None)!r} is not one " \
-            f"of its arrays"
-        raise ValueError(f"the metadata describes a GPT ({shape_text}) of {expected:,} "
-                         f"arrays, the file holds {len(table):,}: {what}")
-    for key, (found_dtype, shape) in table.items():
-        wanted = gpt_state_shape(config, key)
-        if wanted is None:
-            raise ValueError(f"the file holds {key!r}, which a GPT ({shape_text}) has not")
-        if tuple(shape) != wanted:
-            raise ValueError(f"{key} is {tuple(shape)} in the file, {wanted} in a GPT "
-                             f"({shape_text})")
-        found_dtype = np.dtype(found_dtype)
-        if dtype is not None and found_dtype != np.dtype(dtype):
-            raise ValueError(f"{key} is {found_dtype.name} in the file, "
-                             f"{np.dtype(dtype).name} by the metadata's dtype")
-        if dtype is None and not dtypes.is_floating(found_dtype):
-            raise ValueError(f"{key} is {found_dtype.name} in the file, expected a floating "
-                             f"dtype")
-
-
 # --- the estimate ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Workload:
-    """What a command is about to run: a GPT's shape and what it does with it."""
+    """What a command is about to run: a model's shape (a GPT or a Llama) and what it does
+    with it. The arch's fields left None take the arch's defaults (GPTConfig's)."""
 
     task: str  # train | forward | forward+backward | generate
     n_layer: int
     n_head: int
     n_embd: int
-    block_size: int  # rows of the position table; the KV cache's length
+    block_size: int  # gpt2: rows of the position table; the KV cache's length
     vocab_size: int
-    bias: bool = True
+    bias: Optional[bool] = None  # None: the arch's (gpt2 yes, llama no)
     dropout: float = 0.0
     batch: int = 1  # sequences per pass: one micro-batch
     seq_len: Optional[int] = None  # tokens per sequence; None: block_size
@@ -220,11 +128,18 @@ class Workload:
     device: str = "cpu"  # cpu | cuda | cuda:N: which attention path runs
     data_parallel: bool = False  # train under mpiexec: a flat gradient buffer to all-reduce
     from_checkpoint: bool = False  # the checkpoint's arrays are held while the model is built
+    arch: str = "gpt2"  # gpt2 | llama
+    n_kv_head: Optional[int] = None  # llama: key/value heads; None: n_head
+    ffn_hidden: Optional[int] = None  # llama: the SwiGLU width; None: 8/3 C up to 64 (gpt2: 4 C)
+    tie_embeddings: Optional[bool] = None  # None: the arch's (gpt2 tied, llama not)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"Workload: task must be one of {', '.join(TASKS)}, got "
                              f"{self.task!r}")
+        shape = model_shape(self)  # the arch's defaults, resolved once
+        for name in ("bias", "n_kv_head", "ffn_hidden", "tie_embeddings"):
+            object.__setattr__(self, name, getattr(shape, name))
 
 
 @dataclass(frozen=True)
@@ -249,9 +164,10 @@ def _widths(dtype: str) -> Tuple[int, int, int]:
 
 def _attention(work: Workload, B: int, T: int, training: bool) -> Tuple[int, int]:
     """(bytes one layer's attention saves for backward, its largest transient) for B
-    sequences of T tokens, on the path ``ops.attention._attend`` takes."""
+    sequences of T tokens, on the path ``ops.attention._attend`` takes: n_head query heads
+    (a Llama's keys and values, n_kv_head heads, are broadcast over the group, not copied)."""
     w, a, f = _widths(work.dtype)
-    H, C = work.n_head, work.n_embd
+    H, C, KV = work.n_head, work.n_embd, model_shape(work).kv_width
     scores = B * H * T * T  # elements of the (B, nh, T, T) matrix
     dropout = training and work.dropout > 0
     on_cuda = work.device.startswith("cuda")
@@ -262,7 +178,7 @@ def _attention(work: Workload, B: int, T: int, training: bool) -> Tuple[int, int
         if not dropout:  # flash: the float32 output and the log-sum-exp
             return (B * T * (C + H) * 4 if training else 0), B * T * C * 4
     elif not dropout and T >= TILED_FROM:  # tiled (CPU): tiles, never the whole matrix
-        widened = 3 * B * T * C * f if a < f else 0  # bf16 q, k, v widened for the tiles
+        widened = B * T * (C + 2 * KV) * f if a < f else 0  # bf16 q, k, v widened for tiles
         return (B * T * (C + H) * f if training else 0), B * H * _TILE * f * 4 + widened
     # full: the probabilities saved (and a one-byte dropout mask); the float32 scores, or
     # in backward their gradient, and with dropout the dropped-out copy and the draws;
@@ -271,36 +187,75 @@ def _attention(work: Workload, B: int, T: int, training: bool) -> Tuple[int, int
     return saved, scores * (f + ((a + 4) if dropout else 0)) + 3 * T * T
 
 
+def _linear_weights(s: Shape) -> int:
+    """Elements of one layer's linear weights and biases (what bf16 autocast copies)."""
+    C, F, KV = s.n_embd, s.ffn_hidden, s.kv_width
+    if s.arch == "llama":
+        return 2 * C * C + 2 * C * KV + 3 * C * F + \
+            ((2 * C + 2 * KV + 2 * F + C) if s.bias else 0)
+    return 4 * C * C + 2 * C * F + ((5 * C + F) if s.bias else 0)
+
+
 def _pass(work: Workload, B: int, T: int, training: bool) -> Tuple[int, int]:
     """(activation bytes, logits bytes) of one pass of B sequences of T tokens: with
     ``training``, what forward saves plus one layer's transients; without, a forward
     pass under no_grad (one layer's buffers at a time)."""
     w, a, f = _widths(work.dtype)
-    L, C, V = work.n_layer, work.n_embd, work.vocab_size
+    s = model_shape(work)
+    L, C, V, F, KV = s.n_layer, s.n_embd, s.vocab_size, s.ffn_hidden, s.kv_width
+    llama = s.arch == "llama"
     tokens = B * T
     saved, transient = _attention(work, B, T, training)
-    mlp = tokens * 12 * C * f  # GELU's float32 buffers (input, tanh, output), or backward's
+    if llama:  # SwiGLU's float32 output and scratch; backward's grads of gate, up and out,
+        mlp = tokens * 5 * F * f  # the sigmoid and silu
+    else:  # GELU's float32 buffers (input, tanh, output), or backward's
+        mlp = tokens * 3 * F * f
+    logits = tokens * V * (a + 2 * f)  # the logits, the loss's probabilities and gradient
     if training:
         mask = 2 * C if work.dropout > 0 else 0  # the residual branches' dropout masks
-        per_token = 2 * C * w + 4 * f + 10 * C * a + 4 * C * f + mask
+        if llama:
+            # the two RMSNorms' inputs (C w) and rstd (f); the linears' inputs: the norms'
+            # outputs (under bf16 each projection casts its own copy: 3 and 2 of them),
+            # o_proj's and down_proj's; the rotated q and k and v, which attention saves;
+            # SwiGLU's gate and up
+            k_in, k_mlp = (3, 2) if a < w else (1, 1)
+            per_token = 2 * C * w + 2 * f + a * (C * (k_in + 2 + k_mlp) + 2 * KV + 3 * F) \
+                + mask
+            statistics = f  # the final norm's rstd
+            # the residual gradient, q's, k's and v's gradients, and with G > 1 query heads
+            # per key head k's and v's per query head before they are summed
+            stream = tokens * (2 * C * w + (C + 2 * KV) * f + (2 * C * f if KV < C else 0))
+        else:
+            # the two layer norms' inputs and statistics, the four linears' inputs, the
+            # packed q, k, v, GELU's local derivative
+            per_token = 2 * C * w + 4 * f + (6 * C + F) * a + F * f + mask
+            statistics = 2 * f  # ln_f's mean and rstd
+            stream = tokens * (2 * C * w + 3 * C * f)  # the residual gradient and grad_qkv
         layers = L * (tokens * per_token + saved)
-        # the embeddings' ids and dropout mask, ln_f's input and statistics, lm_head's input
-        top = tokens * (3 * 8 + C * w + 2 * f + C * a + (C if work.dropout > 0 else 0))
-        stream = tokens * (2 * C * w + 3 * C * f)  # the residual gradient and grad_qkv
+        # the embeddings' ids and dropout mask, the final norm's input and statistics,
+        # lm_head's input
+        top = tokens * (3 * 8 + C * w + statistics + C * a + (C if work.dropout > 0 else 0))
         copies = 0
         if a < w:  # bf16: each linear's weight (and bias) cast once per pass and saved
-            linear = 12 * C * C + (9 * C if work.bias else 0)
-            copies = (L * linear + V * C) * a
+            copies = (L * _linear_weights(s) + V * C) * a
         activations = layers + top + stream + max(transient, mlp) + copies
-        logits = tokens * V * (a + 2 * f)
     else:  # the larger of a layer's two halves: the attention's and the MLP's buffers
-        stream = tokens * (C * w + C * a)  # the residual stream and its layer norm
-        # q, k, v and the output, the products' copies of q and k and their result, and
-        # the attention's own transient
-        attention = stream + tokens * (4 * C * a + 3 * C * f) + transient
-        feed_forward = stream + tokens * 5 * C * a + mlp
+        # the residual stream: the layer's input (held by the caller's loop) and the sum
+        # it makes, and the norm's output
+        stream = tokens * (2 * C * w + C * a)
+        if llama:
+            # q, k, v, the rotated q and k, the output; the products' copies of q and k
+            # and their result; the attention's own transient
+            attention = stream + tokens * ((3 * C + 3 * KV) * a + (2 * C + KV) * f) + \
+                transient
+            # gate and up, SwiGLU's float32 output and scratch (both gone before down_proj)
+            feed_forward = stream + tokens * 2 * F * (a + f)
+        else:
+            # q, k, v and the output, the products' copies of q and k and their result, and
+            # the attention's own transient
+            attention = stream + tokens * (4 * C * a + 3 * C * f) + transient
+            feed_forward = stream + tokens * (C + F) * a + mlp
         activations = max(attention, feed_forward)
-        logits = tokens * V * (a + 2 * f)
     return activations, logits
 
 
@@ -309,13 +264,17 @@ def estimate_memory(work: Workload) -> MemoryEstimate:
     count): the larger of building the model and running it. Python ints only: instant
     for any size."""
     w, a, f = _widths(work.dtype)
-    P = gpt_parameter_count(work) * w
+    P = model_parameter_count(work) * w
+    s = model_shape(work)
     L, C, V = work.n_layer, work.n_embd, work.vocab_size
     T = work.seq_len or work.block_size
     parts: Dict[str, int] = {"parameters": P}
+    if s.arch == "llama":  # cos and sin of every position, kept once made (ops/rotary.py)
+        parts["rotary tables"] = work.block_size * (C // work.n_head) * f
     what = _WHAT[work.task]
     if work.task == "generate":
-        parts["KV cache"] = 2 * L * work.batch * work.block_size * C * w
+        # keys and values of n_kv_head heads, (B, n_kv_head, block_size, head_dim) per layer
+        parts["KV cache"] = 2 * L * work.batch * work.block_size * s.kv_width * w
         parts["activations"], _ = _pass(work, work.batch, work.block_size, training=False)
         parts["logits"] = work.batch * V * (a + 4 * f + 8)  # softmax, sort and its order
     elif work.task == "forward":
@@ -331,11 +290,13 @@ def estimate_memory(work: Workload) -> MemoryEstimate:
                 parts["activations"], parts["logits"] = activations, logits
                 what = _WHAT["eval"]
     if not work.device.startswith("cuda"):  # on CUDA the model is built on the host
-        # building: lm_head's own matrix until it is tied to wte's, and the draw that
-        # initialises the largest matrix (the draw and its scaled copy); a checkpoint's
-        # arrays, read first, are held
-        largest = max(V * C, work.block_size * C, 4 * C * C)
-        building = {"parameters": P, "initialisation": (V * C + 2 * largest) * w}
+        # building: a tied lm_head's own matrix until it is tied to the embedding's, and
+        # the draw that initialises the largest matrix (the draw and its scaled copy); a
+        # checkpoint's arrays, read first, are held
+        largest = max(V * C, s.ffn_hidden * C, 3 * C * C if s.arch == "gpt2" else C * C,
+                      work.block_size * C if s.arch == "gpt2" else 0)
+        own = V * C if s.tie_embeddings else 0
+        building = {"parameters": P, "initialisation": (own + 2 * largest) * w}
         if work.from_checkpoint:
             building["checkpoint arrays"] = P
         if sum(building.values()) > sum(parts.values()):
@@ -394,10 +355,14 @@ def check_memory(estimate: MemoryEstimate, limit: MemoryLimit,
 
 
 def workload(task: str, config: Any, **settings: Any) -> Workload:
-    """A Workload of ``task`` on a GPT of ``config`` (a GPTConfig, or a ModelConfig with its
-    vocab_size set); ``settings`` are the Workload's other fields."""
-    return Workload(task, config.n_layer, config.n_head, config.n_embd, config.block_size,
-                    config.vocab_size, bias=config.bias, dropout=config.dropout, **settings)
+    """A Workload of ``task`` on the model of ``config`` (a GPTConfig, or a ModelConfig with
+    its vocab_size set, whose n_kv_head, ffn_hidden, bias and tie_embeddings may be None:
+    the arch's defaults, resolved as GPTConfig resolves them); ``settings`` are the
+    Workload's other fields."""
+    s = model_shape(config)
+    return Workload(task, s.n_layer, s.n_head, s.n_embd, s.block_size, s.vocab_size,
+                    bias=s.bias, dropout=config.dropout, arch=s.arch, n_kv_head=s.n_kv_head,
+                    ffn_hidden=s.ffn_hidden, tie_embeddings=s.tie_embeddings, **settings)
 
 
 def check_workload(work: Workload, backend: Any, limit_gb: Optional[float],
@@ -427,16 +392,3 @@ def _drivers(estimate: MemoryEstimate, names: Mapping[str, str]) -> list:
             separator = "=" if "." in name or name.startswith("--") else " "
             found.append(f"{name}{separator}{value}")
     return found
-
-
-def format_bytes(n: int) -> str:
-    """``n`` bytes in decimal units: 512 B, 41.2 GB, 3.2 PB."""
-    if n < 1000:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("kB", "MB", "GB", "TB", "PB"):
-        value /= 1000
-        if value < 999.95:
-            return f"{value:.1f} {unit}"
-    value /= 1000
-    return f"{value:.1f} EB" if value < 1e4 else f"{value:.3g} EB"

@@ -1,7 +1,7 @@
 """The model a run config describes: config section -> model config -> model.
 
-The trainer, the CLI's profile command and inference build their GPT here, so a config
-means the same model everywhere::
+The trainer, the CLI's profile command and inference build their model (a GPT or a
+Llama, by model.arch) here, so a config means the same model everywhere::
 
     config = gpt_config(cfg.model, tokenizer.vocab_size)  # a GPTConfig
     model = build_model(config, weight_dtype(cfg.system.dtype), cfg.system.device)
@@ -73,4 +73,6 @@ def check_training_memory(cfg: Config, vocab_size: Optional[int], backend: Any,
              "eval_batch": "eval.batch_size", "n_head": "model.n_head",
              "vocab_size": "model.vocab_size" if m.vocab_size is not None or
              cfg.data.tokenizer != "bpe" else "data.vocab_size"}
+    if work.arch == "llama":  # the Llama's own widths: the keys' and values', the MLP's
+        names.update({"n_kv_head": "model.n_kv_head", "ffn_hidden": "model.ffn_hidden"})
     check_workload(work, backend, cfg.system.memory_limit_gb, names)

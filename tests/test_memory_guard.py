@@ -29,9 +29,11 @@ from minitorch_gpu.config import ConfigError, load_config
 from minitorch_gpu.data import CharTokenizer
 from minitorch_gpu.inference import load_for_inference
 from minitorch_gpu.memory import (LIMIT_VARIABLE, MemoryLimit, MemoryLimitError, Workload,
-                                  check_gpt_arrays, check_memory, estimate_memory,
-                                  format_bytes, gpt_parameter_count, gpt_state_count,
-                                  gpt_state_shape, gpt_state_shapes, memory_limit)
+                                  check_gpt_arrays, check_memory, check_model_arrays,
+                                  estimate_memory, format_bytes, gpt_parameter_count,
+                                  gpt_state_count, gpt_state_shape, gpt_state_shapes,
+                                  memory_limit, model_parameter_count, model_state_count,
+                                  model_state_shape, model_state_shapes, workload)
 
 ROOT = Path(__file__).resolve().parents[1]
 HUGE = 10 ** 9
@@ -139,6 +141,55 @@ def test_a_shape_of_a_billion_layers_is_counted_without_being_made():
     assert gpt_state_shape(config, f"transformer.h.{HUGE}.mlp.c_fc.weight") is None
 
 
+@pytest.mark.parametrize("arch, fields", [
+    ("llama", dict(n_kv_head=2)),
+    ("llama", dict(n_kv_head=1, bias=True, tie_embeddings=True, ffn_hidden=24)),
+    ("llama", dict(n_kv_head=4)),
+    ("gpt2", dict(tie_embeddings=False)),
+], ids=["llama-gqa", "llama-mqa-bias-tied", "llama-mha", "gpt2-untied"])
+def test_every_architecture_s_state_dict_is_derived_from_the_shape_alone(arch, fields):
+    config = nn.GPTConfig(arch=arch, block_size=8, vocab_size=11, n_layer=3, n_head=4,
+                          n_embd=16, **fields)
+    model = nn.model_for(config)
+    state = model.state_dict()
+    assert list(model_state_shapes(config)) == [(k, tuple(v.shape)) for k, v in state.items()]
+    assert model_state_count(config) == len(state)
+    assert model_parameter_count(config) == model.num_parameters()
+    assert all(model_state_shape(config, key) == tuple(v.shape) for key, v in state.items())
+    for key in ("model.layers.3.input_layernorm.weight", "model.layers.01.mlp.up_proj.weight",
+                "transformer.h.0.ln_1.weight" if arch == "llama" else "model.norm.weight",
+                "lm_head.bias"):
+        assert model_state_shape(config, key) is None
+
+
+def test_a_llama_of_a_billion_layers_is_counted_without_being_made():
+    config = nn.LlamaConfig(block_size=8, vocab_size=10, n_layer=HUGE, n_head=4, n_kv_head=2,
+                            n_embd=8, ffn_hidden=16)
+    assert model_state_count(config) == 3 + 9 * HUGE
+    # q, o: 8 x 8; k, v: 4 x 8; gate, up, down: 16 x 8; two norms; embed and lm_head untied
+    assert model_parameter_count(config) == 2 * 10 * 8 + 8 + HUGE * (
+        2 * 64 + 2 * 32 + 3 * 128 + 16)
+    assert model_state_shape(config, f"model.layers.{HUGE - 1}.self_attn.k_proj.weight") == \
+        (4, 8)
+    assert model_state_shape(config, f"model.layers.{HUGE}.mlp.gate_proj.weight") is None
+
+
+def test_a_workload_from_a_run_config_s_model_section_resolves_the_arch_defaults():
+    from minitorch_gpu.config import ModelConfig
+    section = ModelConfig(arch="llama", n_layer=2, n_head=4, n_embd=96, vocab_size=65)
+    assert section.n_kv_head is None and section.ffn_hidden is None  # left to the arch
+    work = workload("train", section, batch=2)
+    resolved = nn.GPTConfig(arch="llama", block_size=64, vocab_size=65, n_layer=2, n_head=4,
+                            n_embd=96)
+    assert (work.arch, work.n_kv_head, work.ffn_hidden, work.bias, work.tie_embeddings) == \
+        ("llama", 4, resolved.ffn_hidden, False, False) and work.ffn_hidden == 256
+    assert estimate_memory(work).total == estimate_memory(workload("train", resolved,
+                                                                   batch=2)).total
+    gpt = workload("train", ModelConfig(n_layer=2, n_head=4, n_embd=96, vocab_size=65))
+    assert (gpt.arch, gpt.n_kv_head, gpt.ffn_hidden, gpt.bias, gpt.tie_embeddings) == \
+        ("gpt2", 4, 384, True, True)
+
+
 # --- the estimate ---------------------------------------------------------------------
 def test_the_estimate_of_a_tiny_gpt_is_its_hand_count():
     """n_layer 1, n_head 2, n_embd C = 8, block 4, vocab 10, batch 2, float32 on the CPU:
@@ -200,6 +251,57 @@ def test_the_estimate_bounds_the_peak_of_real_training_steps(shape, dtype, dropo
     estimate = estimate_memory(Workload("train", L, H, C, T, V, batch=B, dtype=dtype,
                                         dropout=dropout)).total
     assert 0.9 * peak <= estimate <= 2 * peak, (format_bytes(peak), format_bytes(estimate))
+
+
+@pytest.mark.parametrize("shape, dtype, dropout, tie", [
+    ((2, 4, 2, 128, 64, 65, 4), "float32", 0.0, None),
+    ((2, 4, 2, 128, 64, 65, 4), "bf16", 0.0, None),
+    ((1, 2, 1, 64, 64, 65, 4), "float32", 0.1, None),
+    ((1, 2, 2, 32, 32, 3000, 8), "float32", 0.0, None),  # the logits dominate
+    ((2, 4, 1, 128, 128, 65, 4), "float32", 0.0, True),  # multi-query, tied head
+], ids=["float32", "bf16", "dropout", "vocab", "mqa-tied"])
+def test_the_estimate_bounds_the_peak_of_real_llama_training_steps(shape, dtype, dropout,
+                                                                   tie):
+    """As for the GPT: the tracemalloc peak of building a Llama and two AdamW steps."""
+    L, H, Hkv, C, T, V, B = shape
+    mt.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x, y = (mt.tensor(rng.integers(0, V, (B, T))) for _ in range(2))
+    config = nn.LlamaConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H, n_kv_head=Hkv,
+                            n_embd=C, dropout=dropout, tie_embeddings=tie)
+    tracemalloc.start()
+    try:
+        model = nn.Llama(config)
+        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
+        for _ in range(2):
+            with autocast("bf16", enabled=dtype == "bf16"):
+                _, loss = model(x, y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimate = estimate_memory(workload("train", config, batch=B, dtype=dtype)).total
+    assert 0.9 * peak <= estimate <= 2 * peak, (format_bytes(peak), format_bytes(estimate))
+
+
+def test_the_estimate_bounds_the_peak_of_llama_generation():
+    L, H, Hkv, C, T, V = 2, 4, 2, 128, 256, 500
+    mt.manual_seed(0)
+    config = nn.LlamaConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H, n_kv_head=Hkv,
+                            n_embd=C)
+    tracemalloc.start()
+    try:
+        model = nn.Llama(config).eval()
+        model.generate(mt.tensor([[1, 2, 3]]), T + 5, 1.0, top_k=200)  # past the window
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    estimate = estimate_memory(workload("generate", config))
+    assert estimate.parts["KV cache"] == 2 * L * T * Hkv * (C // H) * 4  # n_kv_head heads
+    assert 0.9 * peak <= estimate.total <= 2 * peak, (format_bytes(peak),
+                                                      format_bytes(estimate.total))
 
 
 def test_the_estimate_bounds_the_peak_of_generation():
@@ -361,6 +463,27 @@ def test_the_array_table_check_names_what_differs(changes, dtype, message):
     with pytest.raises(ValueError, match=message):
         check_gpt_arrays(config, dtype, table, 10 ** 9)
     check_gpt_arrays(config, np.float32, _table(nn.GPT(config)), 10 ** 9)  # the real one
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model.layers.0.self_attn.k_proj.weight": (np.dtype(np.float32), (8, 8))},
+     r"model.layers.0.self_attn.k_proj.weight is \(8, 8\) in the file, \(4, 8\) in a Llama "
+     r"\(n_layer 1, n_head 4, n_kv_head 2, n_embd 8, ffn_hidden 64, block_size 8, "
+     r"vocab_size 10\)"),
+    ({"lm_head.weight": None},
+     "describes a Llama .* of 12 arrays, the file holds 11: 'lm_head.weight' is missing"),
+    ({"transformer.wpe.weight": (np.dtype(np.float32), (8, 8))},
+     "of 12 arrays, the file holds 13: 'transformer.wpe.weight' is not one of its arrays"),
+], ids=["kv-shape", "missing-head", "a-gpt-array"])
+def test_the_array_table_check_knows_a_llama(changes, message):
+    config = nn.LlamaConfig(block_size=8, vocab_size=10, n_layer=1, n_head=4, n_kv_head=2,
+                            n_embd=8)
+    with pytest.raises(ValueError, match=message):
+        check_model_arrays(config, np.float32, _table(nn.Llama(config), **changes), 10 ** 9)
+    check_model_arrays(config, np.float32, _table(nn.Llama(config)), 10 ** 9)  # the real one
+    with pytest.raises(ValueError, match="the metadata describes a Llama .* but the whole "
+                                         "file is"):
+        check_model_arrays(config, np.float32, _table(nn.Llama(config)), 100)
 
 
 def test_a_checkpoint_whose_arrays_are_another_models_is_refused_before_loading(tmp_path):
