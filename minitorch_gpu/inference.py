@@ -1,7 +1,7 @@
 """Text generation from a checkpoint the trainer wrote.
 
-A checkpoint carries everything generation needs: the GPT's shape, its weights and the
-tokenizer, so no config file or data cache is read::
+A checkpoint carries everything generation needs: the model's shape (a GPT or a Llama),
+its weights and the tokenizer, so no config file or data cache is read::
 
     model, tokenizer, meta = load_for_inference("checkpoints/shakespeare_char", "cpu")
     for piece in stream_text(model, tokenizer, "ROMEO:", max_new_tokens=200, top_k=40):
@@ -17,13 +17,15 @@ from .backend import dtypes
 from .checkpoint import CheckpointError, load_checkpoint
 from .creation import tensor
 from .data import tokenizer_from_json
-from .memory import check_gpt_arrays
+from .memory import check_model_arrays
 from .model_from_config import DTYPES, build_model
-from .nn import GPT, GPTConfig
+from .nn import CausalLM, GPTConfig
 
 __all__ = ["resolve_checkpoint", "load_for_inference", "stream_text"]
 
-VOCAB_ROWS = ("transformer.wte.weight", "lm_head.weight")  # (vocab_size, n_embd), one tied array
+# the (vocab_size, n_embd) arrays: a GPT's and a Llama's token embedding and lm_head (one
+# array when tied, two when not)
+VOCAB_ROWS = ("transformer.wte.weight", "model.embed_tokens.weight", "lm_head.weight")
 # load_for_inference's check_memory(model_config, meta), before any array is read
 MemoryCheck = Callable[[GPTConfig, Dict[str, Any]], None]
 
@@ -42,12 +44,12 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
 def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
                        keep_padding: bool = False,
                        check_memory: Optional[MemoryCheck] = None
-                       ) -> Tuple[GPT, Any, Dict[str, Any]]:
+                       ) -> Tuple[CausalLM, Any, Dict[str, Any]]:
     """(model in eval mode on ``device``, tokenizer, checkpoint metadata). Raises
     CheckpointError (one line) for a missing, truncated or foreign file, and for one whose
-    arrays are not the GPT its metadata describes (names, shapes, dtypes, bytes against
-    the file's size): checked from the file's header before any array is read or any model
-    built, so a metadata claiming 10^9 layers costs nothing.
+    arrays are not the model (a GPT or a Llama) its metadata describes (names, shapes,
+    dtypes, bytes against the file's size): checked from the file's header before any array
+    is read or any model built, so a metadata claiming 10^9 layers costs nothing.
 
     ``check_memory(model_config, meta)``, when given, runs after that check and before
     any array is read: it may refuse (``memory.check_memory``); what it raises is passed on.
@@ -68,7 +70,7 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
         # the trainer keeps float32 weights for float32 and bf16 runs; a file saved by
         # other means may say no dtype: then any float, cast by load_state_dict
         try:
-            check_gpt_arrays(found["config"], DTYPES.get(meta.get("dtype")), table, file_size)
+            check_model_arrays(found["config"], DTYPES.get(meta.get("dtype")), table, file_size)
         except ValueError as exc:
             raise CheckpointError(f"{path}: the weights do not fit the model it describes "
                                   f"({exc})") from None
@@ -97,7 +99,7 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
     return model.to(device).eval(), tokenizer, meta
 
 
-def stream_text(model: GPT, tokenizer: Any, prompt: str, max_new_tokens: int,
+def stream_text(model: CausalLM, tokenizer: Any, prompt: str, max_new_tokens: int,
                 temperature: float = 1.0, top_k: Optional[int] = None,
                 top_p: Optional[float] = None) -> Iterator[str]:
     """Yield the text of each new token as it is sampled (the prompt not included).

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, read_checkpoint_meta
 from .config import Config
-from .memory import check_gpt_arrays
+from .memory import check_model_arrays
 from .model_from_config import DTYPES
 from .nn import GPTConfig
 
@@ -89,7 +89,7 @@ def check_resumable(path: Path, model_config: GPTConfig, meta: Dict[str, Any],
         raise ResumeRefused(f"train.resume: {path} holds a model with {held}; the config "
                             f"asks for {asked}")
     try:
-        check_gpt_arrays(model_config, DTYPES.get(meta.get("dtype")), table, file_size)
+        check_model_arrays(model_config, DTYPES.get(meta.get("dtype")), table, file_size)
     except ValueError as exc:
         raise ResumeRefused(f"train.resume: {path}: the weights do not fit the model it "
                             f"describes ({exc})") from None

@@ -129,6 +129,37 @@ def test_a_padded_vocabulary_is_cut_to_the_tokenizers_so_padding_is_never_drawn(
     assert exact.config.vocab_size == padded
 
 
+@pytest.mark.parametrize("arch, fields", [
+    ("llama", dict(n_kv_head=1)), ("llama", dict(tie_embeddings=True)),
+    ("gpt2", dict(tie_embeddings=False)),
+], ids=["llama", "llama-tied", "gpt2-untied"])
+def test_a_llama_or_untied_checkpoint_loads_with_its_padded_vocabulary_cut(tmp_path, arch,
+                                                                           fields):
+    """The Llama's model.embed_tokens.weight and an untied lm_head.weight are vocabulary
+    rows too: both are cut back to the tokenizer's, and the logits are the saved model's."""
+    import dataclasses
+    tokenizer = CharTokenizer.from_text(TEXT)
+    vocab, padded = tokenizer.vocab_size, -(-tokenizer.vocab_size // 64) * 64 + 64
+    config = nn.GPTConfig(arch=arch, block_size=8, vocab_size=padded, n_layer=2, n_head=2,
+                          n_embd=8, **fields)
+    mt.manual_seed(0)
+    saved = nn.model_for(config)
+    save_checkpoint(tmp_path / "best.ckpt", saved.state_dict(), None,
+                    {"model_config": dataclasses.asdict(config),
+                     "tokenizer": tokenizer.to_json(), "dtype": "float32"})
+    model, _, meta = load_for_inference(tmp_path)
+    assert type(model) is type(saved) and model.config.vocab_size == vocab
+    assert model.config.tie_embeddings == config.tie_embeddings
+    idx = mt.tensor([tokenizer.encode("naïve")])
+    with mt.no_grad():
+        np.testing.assert_allclose(model(idx)[0].numpy(),
+                                   saved.eval()(idx)[0].numpy()[..., :vocab], rtol=1e-5)
+    mt.manual_seed(1)
+    assert len("".join(stream_text(model, tokenizer, "a", 20, temperature=100.0))) == 20
+    exact, _, _ = load_for_inference(tmp_path, keep_padding=True)
+    assert exact.config.vocab_size == padded
+
+
 def test_the_prompt_is_checked_when_the_stream_is_made_not_at_its_first_token():
     """So a caller can refuse a prompt before printing any of it."""
     tokenizer = CharTokenizer.from_text(TEXT)
