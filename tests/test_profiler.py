@@ -132,6 +132,83 @@ def test_flop_total_matches_flops_per_token():
     assert summary["flops_per_pass"] == pytest.approx(expected, rel=0.05)
 
 
+def small_llama(**overrides) -> nn.Llama:
+    mt.manual_seed(0)
+    shape = dict(block_size=32, vocab_size=50, n_layer=2, n_head=4, n_kv_head=2, n_embd=64)
+    shape.update(overrides)
+    return nn.Llama(nn.LlamaConfig(**shape))
+
+
+def test_every_llama_layer_has_a_row_with_a_counted_cost():
+    model = small_llama()
+    idx, targets = batch()
+    with profile(model, roofline=ROOF, backward=True) as prof:
+        _, loss = model(idx, targets)
+        loss.backward()
+    rows = [r for r in prof.rows if r["phase"] == "forward" and r["kind"] != "self"]
+    assert [r["module"] for r in rows] == [name for name, _ in model.named_modules()]
+    for row in rows:  # every layer's cost is known: a registered one, none left unknown
+        assert row["flops"] is not None and row["bytes"] is not None, row["name"]
+        if row["flops"]:
+            expected = "compute" if row["intensity"] >= ROOF.ridge else "memory"
+            assert row["bound"] == expected, row["name"]
+    assert {r["module"] for r in prof.rows if r["phase"] == "backward"} >= {
+        "model.layers.0.self_attn.core", "model.layers.0.mlp.act",
+        "model.layers.0.self_attn.rotary", "model.layers.1.input_layernorm"}
+
+
+H_LLAMA, KV_LLAMA, F_LLAMA = 4, 2, 192  # small_llama's heads, key/value heads, ffn_hidden
+D_LLAMA = C // H_LLAMA
+
+
+@pytest.mark.parametrize("module, flops, nbytes", [
+    # counted FLOPs, bytes moved (float32) for the small Llama on (4, 32) tokens
+    ("model.embed_tokens", 0, 8 * B * T + 2 * 4 * B * T * C),
+    ("model.layers.0.input_layernorm", 4 * B * T * C, 4 * (2 * B * T * C + C)),
+    ("model.layers.0.self_attn.k_proj", 2 * B * T * C * KV_LLAMA * D_LLAMA,
+     4 * (B * T * C + B * T * KV_LLAMA * D_LLAMA + KV_LLAMA * D_LLAMA * C)),
+    # q and k rotated: 3 per element; q, k in and out, cos and sin rows (T, D / 2)
+    ("model.layers.0.self_attn.rotary", 3 * B * T * (C + KV_LLAMA * D_LLAMA),
+     4 * (2 * B * T * (C + KV_LLAMA * D_LLAMA) + 2 * T * D_LLAMA // 2)),
+    # n_head query heads' products and softmax; q, k, v (n_kv_head heads) in, y out
+    ("model.layers.0.self_attn.core",
+     4 * B * H_LLAMA * T * T * D_LLAMA + 5 * B * H_LLAMA * T * T,
+     4 * (2 * B * T * C + 2 * B * T * KV_LLAMA * D_LLAMA)),
+    ("model.layers.0.mlp.act", 6 * B * T * F_LLAMA, 4 * 3 * B * T * F_LLAMA),
+    ("model.layers.0", 2 * B * T * C, 4 * 6 * B * T * C),  # (self): two residual adds
+    ("model.layers.0.self_attn", None, None),  # only its children: a sum of them
+    ("Llama", 0, 0),  # no position rows
+])
+def test_counted_costs_of_each_llama_layer(module, flops, nbytes):
+    model = small_llama()
+    assert model.config.ffn_hidden == F_LLAMA
+    idx, targets = batch()
+    with profile(model, roofline=ROOF) as prof:
+        model(idx, targets)
+    if module in ("model.layers.0", "Llama"):
+        row = next(r for r in prof.rows if r["name"] == f"{module} (self)")
+    else:
+        row = forward_rows(prof)[module]
+    if flops is None:  # a parent's row sums its children's
+        children = [r for r in forward_rows(prof).values()
+                    if r["module"].startswith(module + ".")]
+        assert row["flops"] == sum(r["flops"] for r in children)
+    else:
+        assert (row["flops"], row["bytes"]) == (flops, nbytes)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_llama_flop_total_matches_flops_per_token(tie):
+    model = small_llama(tie_embeddings=tie)
+    idx, targets = batch()
+    with profile(model, roofline=ROOF) as prof:
+        model(idx, targets)
+    summary = prof.summary
+    expected = model.flops_per_token(T) * B * T / 3
+    assert summary["model_forward_flops"] == pytest.approx(expected, rel=1e-9)
+    assert summary["flops_per_pass"] == pytest.approx(expected, rel=0.05)
+
+
 def test_leaf_rows_sum_to_the_forward_pass():
     """The rows that partition a pass (leaves and (self) rows) add up to the hooked pass,
     and that to the pass timed without hooks within 10%: the hooks cost little. Timing on
@@ -422,6 +499,26 @@ def test_cli_profiles_in_bf16_against_the_bf16_roofline(tmp_path, cache):
     # bf16 activations: c_attn's output (4, 16, 96) at 2 bytes an element
     c_attn = rows["transformer.h.0.attn.c_attn"]
     assert int(c_attn["out_bytes"]) == 2 * 4 * 16 * 96
+
+
+def test_cli_profiles_a_llama_config(tmp_path, cache):
+    (tmp_path / "tiny.yaml").write_text(CONFIG.replace(
+        "model: {", "model: {arch: llama, n_kv_head: 1, ffn_hidden: 48, "))
+    done = run_cli("tiny.yaml", "--iters", "2", "--warmup", "1", "--backward", "--csv",
+                   "rows.csv", cwd=tmp_path, cache=cache)
+    assert done.returncode == 0, done.stderr
+    assert "M-parameter Llama (2 layers, 2 heads, 1 key/value heads, 32 wide), batch 4 x " \
+           "16 tokens" in done.stdout
+    for name in ("model.layers.1.self_attn.core", "model.layers.1.self_attn.rotary",
+                 "model.layers.0.mlp.act", "model.norm", "\nbackward "):
+        assert name in done.stdout, name
+    with open(tmp_path / "rows.csv", newline="") as f:
+        rows = {(r["phase"], r["name"]): r for r in csv.DictReader(f)}
+    core = rows["forward", "model.layers.0.self_attn.core"]  # 2 query heads of 16 dims
+    assert int(core["flops"]) == 4 * 4 * 2 * 16 * 16 * 16 + 5 * 4 * 2 * 16 * 16
+    assert core["bound"] in ("compute", "memory")
+    assert int(rows["backward", "model.layers.0.self_attn.core"]["flops"]) == \
+        2 * int(core["flops"])  # backward: twice the forward
 
 
 def test_cli_profiles_a_checkpoint(tmp_path, cache):

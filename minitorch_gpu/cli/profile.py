@@ -1,4 +1,5 @@
-"""``minitorch-gpu profile``: time each layer of a config's (or a checkpoint's) GPT."""
+"""``minitorch-gpu profile``: time each layer of a config's (or a checkpoint's) model, a GPT
+or a Llama."""
 from __future__ import annotations
 
 import argparse
@@ -16,9 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """The profile command."""
     prof = sub.add_parser("profile", help="time each layer of a config's model",
                           description="Time the forward pass (and with --backward the "
-                                      "backward) of the config's GPT layer by layer, with "
-                                      "counted FLOPs and bytes against this machine's "
-                                      "measured roofline.")
+                                      "backward) of the config's model (a GPT or a Llama) "
+                                      "layer by layer, with counted FLOPs and bytes against "
+                                      "this machine's measured roofline.")
     add_config_arguments(prof)
     prof.add_argument("--checkpoint", help="profile this checkpoint's model (a .ckpt or a "
                                            "run directory) instead of a fresh one: its "
@@ -48,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    """Profile the GPT and print its table (and the files asked for); the exit code."""
+    """Profile the model and print its table (and the files asked for); the exit code."""
     import minitorch_gpu as mt
     from ..checkpoint import CheckpointError
     from ..config import ConfigError
@@ -86,8 +87,11 @@ def _profile(args: argparse.Namespace) -> int:
     mixed = cfg.system.dtype == "bf16"
     if mixed:
         mode += ", bf16 autocast"
-    print(f"{model.num_params() / 1e6:.2f}M-parameter GPT ({model.config.n_layer} layers, "
-          f"{model.config.n_head} heads, {model.config.n_embd} wide), batch {B} x {T} "
+    c = model.config
+    heads = f"{c.n_head} heads" if c.n_kv_head == c.n_head else \
+        f"{c.n_head} heads, {c.n_kv_head} key/value heads"
+    print(f"{model.num_params() / 1e6:.2f}M-parameter {type(model).__name__} ({c.n_layer} "
+          f"layers, {heads}, {c.n_embd} wide), batch {B} x {T} "
           f"tokens on {device}; {mode}; {args.warmup} warm-up + {args.iters} passes",
           flush=True)
     try:
@@ -112,7 +116,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _profile_memory_check(cfg, args: argparse.Namespace):
-    """``check(config, device, from_checkpoint)``: MemoryLimitError when profiling a GPT of
+    """``check(config, device, from_checkpoint)``: MemoryLimitError when profiling a model of
     ``config`` (a GPTConfig) as ``args`` ask is estimated past the memory ``device`` has;
     nothing with --ignore-memory-check."""
     from ..backend import get_backend
@@ -124,6 +128,8 @@ def _profile_memory_check(cfg, args: argparse.Namespace):
         names = {"n_layer": "model.n_layer", "n_embd": "model.n_embd",
                  "n_head": "model.n_head", "block_size": "model.block_size",
                  "vocab_size": "model.vocab_size"}
+        if config.arch == "llama":
+            names.update({"n_kv_head": "model.n_kv_head", "ffn_hidden": "model.ffn_hidden"})
         if from_checkpoint:  # the checkpoint's shape: model.* is not read
             names = {key: key for key in names}
         names["batch"] = "--batch-size" if args.batch_size else "train.batch_size"
@@ -137,7 +143,7 @@ def _profile_memory_check(cfg, args: argparse.Namespace):
 
 
 def _model_to_profile(cfg, checkpoint: Optional[str], check_memory=None):
-    """The config's GPT, fresh (seeded) or from ``checkpoint``, on the config's device;
+    """The config's model, fresh (seeded) or from ``checkpoint``, on the config's device;
     ``check_memory(config, device, from_checkpoint)`` runs before it is built."""
     import minitorch_gpu as mt
     from ..backend import get_backend

@@ -1,7 +1,7 @@
 """What each layer costs, counted from shapes, not measured.
 
 FLOPs: 2 M N K per matrix product (the attention core's Q K^T and A V over the whole
-T x T square, as ``GPT.flops_per_token`` counts them) and a few per element for elementwise
+T x T square, with every query head, as ``flops_per_token`` counts them) and a few per element for elementwise
 work (the constants are in the cost functions below). Bytes: the least a layer must move,
 its inputs and outputs once each and its weights read once. ``register_cost`` teaches the
 profiler a new layer type.
@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..nn import (GELU, GPT, MLP, Block, CausalSelfAttention, CrossEntropyLoss, Dropout,
-                  Embedding, Identity, LayerNorm, Linear, Module, ModuleDict, ModuleList,
-                  PackedCausalAttention, ReLU, ScaledDotProductAttention, Sequential, Tanh)
+                  Embedding, GroupedCausalAttention, Identity, LayerNorm, Linear, Llama,
+                  LlamaAttention, LlamaDecoderLayer, LlamaMLP, Module, ModuleDict, ModuleList,
+                  PackedCausalAttention, ReLU, RMSNorm, Rotary, ScaledDotProductAttention,
+                  Sequential, SwiGLU, Tanh)
 from ..tensor import Tensor
 
 __all__ = ["Cost", "Spec", "layer_cost", "register_cost", "spec_bytes", "tensor_specs"]
@@ -86,6 +88,35 @@ def _layer_norm_cost(m: LayerNorm, training: bool, inputs: List[Spec],
                 spec_bytes(inputs[0], outputs[0]) + _param_bytes(m))
 
 
+@register_cost(RMSNorm)
+def _rms_norm_cost(m: RMSNorm, training: bool, inputs: List[Spec],
+                   outputs: List[Spec]) -> Cost:
+    # per element: square, sum for the mean of squares, scale by rstd (3; the rsqrt is per
+    # row), then the gain when there is one
+    per_element = 3 + (getattr(m, "weight", None) is not None)
+    return Cost(per_element * _numel(inputs[0]),
+                spec_bytes(inputs[0], outputs[0]) + _param_bytes(m))
+
+
+@register_cost(Rotary)
+def _rotary_cost(m: Rotary, training: bool, inputs: List[Spec], outputs: List[Spec]) -> Cost:
+    # q and k rotated: each output element is x_i cos +- x_j sin, 3 operations; reads q, k
+    # and the cos and sin rows of these positions (T, head_dim / 2), writes q and k
+    q, k = inputs[:2]
+    T = q[0][1]
+    table = 8 if q[1] == 8 else 4  # the tables are float32 (float64 for a float64 model)
+    tables = 2 * T * (m.tables.head_dim // 2) * table
+    return Cost(3 * (_numel(q) + _numel(k)), spec_bytes(q, k, *outputs) + tables)
+
+
+@register_cost(SwiGLU)
+def _swiglu_cost(m: SwiGLU, training: bool, inputs: List[Spec], outputs: List[Spec]) -> Cost:
+    # silu(g) * u = g * sigmoid(g) * u: the sigmoid 4 (negate, exp, add one, divide), then
+    # two products: 6 per element; gate and up read, the product written
+    gate, up = inputs[:2]
+    return Cost(6 * _numel(gate), spec_bytes(gate, up, outputs[0]))
+
+
 @register_cost(GELU)
 def _gelu_cost(m: GELU, training: bool, inputs: List[Spec], outputs: List[Spec]) -> Cost:
     # tanh form: 0.5 x (1 + tanh(c (x + 0.044715 x^3))): 9 operations, tanh counted as one;
@@ -140,6 +171,19 @@ def _packed_attention_cost(m: PackedCausalAttention, training: bool, inputs: Lis
     return Cost(flops, spec_bytes(qkv, outputs[0]))  # qkv read, the output written
 
 
+@register_cost(GroupedCausalAttention)
+def _grouped_attention_cost(m: GroupedCausalAttention, training: bool, inputs: List[Spec],
+                            outputs: List[Spec]) -> Cost:
+    # the products of all n_head query heads (grouped-query attention shares keys, not
+    # work); q (B, T, H D) read, k and v (B, T, Hkv D) read once each, the output written
+    q, k, v = inputs[:3]
+    B, T, width = q[0]
+    head_dim = width // m.n_head
+    flops = _scores_cost(B * m.n_head, T, T, head_dim, head_dim,
+                         training and m.dropout > 0.0)
+    return Cost(flops, spec_bytes(q, k, v, outputs[0]))
+
+
 @register_cost(CrossEntropyLoss)
 def _cross_entropy_cost(m: CrossEntropyLoss, training: bool, inputs: List[Spec],
                         outputs: List[Spec]) -> Cost:
@@ -148,8 +192,8 @@ def _cross_entropy_cost(m: CrossEntropyLoss, training: bool, inputs: List[Spec],
     return Cost(4 * _numel(logits), spec_bytes(logits, targets, *outputs))
 
 
-@register_cost(Block)
-def _block_cost(m: Block, training: bool, inputs: List[Spec], outputs: List[Spec]) -> Cost:
+@register_cost(Block, LlamaDecoderLayer)
+def _block_cost(m: Module, training: bool, inputs: List[Spec], outputs: List[Spec]) -> Cost:
     x = inputs[0]  # two residual adds, each reading two (B, T, C) and writing one
     return Cost(2 * _numel(x), 2 * 3 * spec_bytes(x))
 
@@ -165,8 +209,11 @@ def _gpt_cost(m: GPT, training: bool, inputs: List[Spec], outputs: List[Spec]) -
 
 # Identity returns its input; CausalSelfAttention's core reads the heads in place and
 # writes them side by side (the KV-cache path, which generation takes, is not profiled);
-# the containers only call their children
-@register_cost(Identity, CausalSelfAttention, MLP, Sequential, ModuleList, ModuleDict)
+# LlamaAttention and LlamaMLP only call their children (views of q and k, no copies); the
+# Llama adds no position rows (its positions are the rotation of q and k); the containers
+# only call their children
+@register_cost(Identity, CausalSelfAttention, MLP, LlamaAttention, LlamaMLP, Llama,
+               Sequential, ModuleList, ModuleDict)
 def _nothing_of_its_own(m: Module, training: bool, inputs: List[Spec],
                         outputs: List[Spec]) -> Cost:
     return Cost(0, 0)
