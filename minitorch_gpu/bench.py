@@ -1,11 +1,19 @@
-"""How fast this machine trains and samples the GPT, and against PyTorch eager if asked.
+"""How fast this machine trains and samples the GPT and the Llama, and against PyTorch
+eager if asked.
 
-Two cases run by default, nanoGPT's CPU shapes (float32, dropout 0); a third runs when
-named, GPT-2 124M's shape for a GPU::
+Three cases run by default, nanoGPT's CPU shapes (float32, dropout 0) and a Llama of the
+baby's shape and about its parameters (no biases, an untied head, 2 key/value heads of 4,
+SwiGLU 384 wide: 804,224 parameters to the baby GPT's 809,856); a fourth runs when named,
+GPT-2 124M's shape for a GPU::
 
     baby   n_layer 4,  n_head 4,  n_embd 128, block_size 64,   batch 12, vocab 65
     small  n_layer 6,  n_head 6,  n_embd 384, block_size 256,  batch 8,  vocab 65
+    llama  n_layer 4,  n_head 4,  n_embd 128, block_size 64,   batch 12, vocab 65,
+           n_kv_head 2, ffn_hidden 384
     gpt2   n_layer 12, n_head 12, n_embd 768, block_size 1024, batch 16, vocab 50304
+
+The step time per parameter (ns/param in the table) puts cases of different
+architectures side by side.
 
 For each case and side a fresh Python process (so neither side's thread pools, allocator
 or lazily loaded kernels touch the other's, and its peak memory is its own) times:
@@ -28,7 +36,9 @@ reports the functions that take the most of a step's own time.
 
 The torch side (``--vs-torch``, development only: torch is never a dependency) is
 ``torch_reference.TorchGPT`` with our model's initial weights, explicit-matmul attention,
-``torch.optim.AdamW`` with the same groups and settings, and an equivalent KV cache.
+``torch.optim.AdamW`` with the same groups and settings, and an equivalent KV cache. Only
+the GPT cases have one (``TORCH_ARCHS``): torch_reference has no Llama yet, so the llama
+case runs our side alone, and the table says so.
 
     minitorch-gpu bench --vs-torch --threads 2
     minitorch-gpu bench --case gpt2 --device cuda --bf16 --no-generate
@@ -46,17 +56,21 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 __all__ = ["CASES", "GPU_CASES", "run_bench", "format_table", "torch_available"]
 
-CASES: Dict[str, Dict[str, int]] = {  # the default cases
+CASES: Dict[str, Dict[str, Any]] = {  # the default cases
     "baby": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch_size=12, vocab_size=65),
     "small": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=8,
                   vocab_size=65),
+    # the baby's shape as a Llama, its SwiGLU width chosen for about the baby's parameters
+    "llama": dict(arch="llama", n_layer=4, n_head=4, n_kv_head=2, n_embd=128, block_size=64,
+                  batch_size=12, vocab_size=65, ffn_hidden=384),
 }
-GPU_CASES: Dict[str, Dict[str, int]] = {  # run only when named: too large for a CPU
+GPU_CASES: Dict[str, Dict[str, Any]] = {  # run only when named: too large for a CPU
     # GPT-2 124M, its vocabulary padded to a multiple of 64 as nanoGPT's
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=16,
                  vocab_size=50304),
 }
 SIDES = ("minitorch", "torch")
+TORCH_ARCHS = ("gpt2",)  # the archs torch_reference has a model of (TorchGPT)
 LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.99), 0.1  # nanoGPT's Shakespeare settings
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 EXIT_OUT_OF_MEMORY = 3  # a measuring process that ran out of memory (its one line on stderr)
@@ -69,7 +83,7 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def case_shape(case: str) -> Dict[str, int]:
+def case_shape(case: str) -> Dict[str, Any]:
     """The shape of a case by name, a default one or a GPU one."""
     shapes = {**CASES, **GPU_CASES}
     if case not in shapes:
@@ -107,34 +121,42 @@ def _times_ms(run: Callable[[], Any], repeats: int) -> List[float]:
     return samples
 
 
-def _build(side: str, shape: Dict[str, int], device: str):
-    """(model, optimizer, batches, training FLOPs per step) for one side; both sides start
-    from the same weights and see the same batches."""
+def case_config(shape: Dict[str, Any]) -> Any:
+    """The GPTConfig of a case's shape (a GPT-2 with biases, or a Llama), dropout 0."""
+    from minitorch_gpu import nn
+    return nn.GPTConfig(**{k: v for k, v in shape.items() if k != "batch_size"}, dropout=0.0)
+
+
+def _build(side: str, shape: Dict[str, Any], device: str):
+    """(model, optimizer, batches, training FLOPs per step, parameters) for one side; both
+    sides start from the same weights and see the same batches."""
     import numpy as np
 
     import minitorch_gpu as mt
     from minitorch_gpu import nn
     mt.manual_seed(1337)
-    config = nn.GPTConfig(block_size=shape["block_size"], vocab_size=shape["vocab_size"],
-                          n_layer=shape["n_layer"], n_head=shape["n_head"],
-                          n_embd=shape["n_embd"], dropout=0.0, bias=True)
-    ours = nn.GPT(config)
+    config = case_config(shape)
+    ours = nn.model_for(config)
     rng = np.random.default_rng(0)
     B, T, V = shape["batch_size"], shape["block_size"], shape["vocab_size"]
     data = [(rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T))) for _ in range(4)]
     flops = ours.flops_per_token() * B * T
+    parameters = ours.num_parameters()
     if side == "minitorch":
         ours = ours.to(device)
         optimizer = ours.configure_optimizers(WEIGHT_DECAY, LR, BETAS)
         batches = [(mt.tensor(x, device=device), mt.tensor(y, device=device)) for x, y in data]
-        return ours, optimizer, batches, flops
+        return ours, optimizer, batches, flops, parameters
+    if config.arch not in TORCH_ARCHS:
+        raise ValueError(f"bench: torch_reference has no model of arch {config.arch!r}")
     import torch
 
     from minitorch_gpu.torch_reference import TorchGPT, torch_adamw
     model = TorchGPT.from_ours(ours)
     del ours
     optimizer = torch_adamw(model, WEIGHT_DECAY, LR, BETAS)
-    return model, optimizer, [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data], flops
+    return (model, optimizer, [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data],
+            flops, parameters)
 
 
 def measure_peak(threads: Optional[int], device: str = "cpu",
@@ -171,7 +193,7 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
     device = str(backend.device)
     shape = case_shape(case)
     rss_before = _resident_mb()
-    model, optimizer, batches, flops_per_step = _build(side, shape, device)
+    model, optimizer, batches, flops_per_step, parameters = _build(side, shape, device)
     precision = mt.autocast("bf16", enabled=bf16)
 
     def step(i: int) -> None:
@@ -204,6 +226,9 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
         "step_ms": {"median": median, "min": min(step_ms), "max": max(step_ms)},
         "train_tokens_per_s": B * T / (median / 1e3),
         "flops_per_step": flops_per_step,
+        "parameters": parameters,
+        # the step time per parameter: what compares cases of different architectures
+        "step_ns_per_param": median * 1e6 / parameters,
         "train_memory_mb": train_peak_mb - (rss_before if device == "cpu" else 0.0),
         "peak_rss_mb": _peak_mb("cpu"),
     }
@@ -295,11 +320,14 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
         raise RuntimeError("bench: --vs-torch needs torch, which is not installed (a "
                            "development-only comparison: pip install torch)")
     sides = SIDES[:2 if vs_torch else 1]
+
+    def sides_of(case: str) -> tuple:  # our side alone where torch_reference has no model
+        return sides if case_shape(case).get("arch", "gpt2") in TORCH_ARCHS else sides[:1]
     work = dict(threads=threads, steps=steps, warmup=warmup, new_tokens=new_tokens,
                 generate_runs=generate_runs, device=device, bf16=bf16, generate=generate)
     if cprofile:
         profiles = [_run_child("measure", side=side, case=case, cprofile=cprofile, **work)
-                    for case in cases for side in sides]
+                    for case in cases for side in sides_of(case)]
         for record in profiles:
             emit(json.dumps(record))
         return profiles
@@ -309,18 +337,20 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
     emit(json.dumps(peak))
     summary = [peak]
     for case in cases:
-        runs: Dict[str, List[Dict[str, Any]]] = {side: [] for side in sides}
+        runs: Dict[str, List[Dict[str, Any]]] = {side: [] for side in sides_of(case)}
         for round_ in range(rounds):
-            for side in sides:
+            for side in sides_of(case):
                 record = _run_child("measure", side=side, case=case, **work)
                 record["round"] = round_
                 seconds = record["step_ms"]["median"] / 1e3
                 record["mfu"] = record["flops_per_step"] / seconds / (peak["gflop_per_s"] * 1e9)
                 emit(json.dumps(record))  # its MFU against the first peak
                 runs[side].append(record)
-        for side in sides:
+        for side in sides_of(case):
             summary.append(_median_record(runs[side]))
-        if vs_torch:
+        if vs_torch and "torch" not in runs:
+            summary[-1]["torch"] = "no torch reference for this arch"
+        elif vs_torch:
             ratio: Dict[str, Any] = {"case": case, "side": "minitorch/torch", "rounds": rounds}
             for key in ("train_tokens_per_s", "generate_tokens_per_s", "train_memory_mb"):
                 if key in runs["minitorch"][0]:
@@ -345,7 +375,7 @@ def _median_record(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     merged = dict(runs[-1], rounds=len(runs))
     merged.pop("round", None)
     for key in ("train_tokens_per_s", "mfu", "train_memory_mb", "peak_rss_mb",
-                "generate_tokens_per_s", "bf16_max_abs_logit_diff"):
+                "generate_tokens_per_s", "bf16_max_abs_logit_diff", "step_ns_per_param"):
         if key in merged:
             merged[key] = statistics.median(r[key] for r in runs)
     merged["step_ms"] = {k: statistics.median(r["step_ms"][k] for r in runs)
@@ -358,8 +388,8 @@ def format_table(records: List[Dict[str, Any]]) -> str:
     case's functions by own time per step)."""
     if any("functions" in r for r in records):
         return "\n\n".join(_format_profile(r) for r in records)
-    lines = [f"{'case':6s} {'side':16s} {'step ms':>8s} {'train tok/s':>11s} {'MFU':>6s} "
-             f"{'gen tok/s':>9s} {'train MB':>8s}"]
+    lines = [f"{'case':6s} {'side':16s} {'step ms':>8s} {'ns/param':>8s} {'train tok/s':>11s} "
+             f"{'MFU':>6s} {'gen tok/s':>9s} {'train MB':>8s}"]
     notes = []
     for r in records:
         if r["case"] == "matmul_peak":
@@ -367,14 +397,18 @@ def format_table(records: List[Dict[str, Any]]) -> str:
         generated = r.get("generate_tokens_per_s")
         if r["side"] == "minitorch/torch":
             gen = f"{generated:8.2f}x" if generated is not None else f"{'-':>9s}"
-            lines.append(f"{r['case']:6s} {'ratio ours/torch':16s} {'':>8s} "
+            lines.append(f"{r['case']:6s} {'ratio ours/torch':16s} {'':>8s} {'':>8s} "
                          f"{r['train_tokens_per_s']:10.2f}x {'':>6s} "
                          f"{gen} {r['train_memory_mb']:7.2f}x")
             continue
         gen = f"{generated:9.0f}" if generated is not None else f"{'-':>9s}"
+        per_param = r.get("step_ns_per_param")
+        per_param = f"{per_param:8.1f}" if per_param is not None else f"{'-':>8s}"
         lines.append(f"{r['case']:6s} {r['side']:16s} {r['step_ms']['median']:8.1f} "
-                     f"{r['train_tokens_per_s']:11.0f} {100 * r['mfu']:5.1f}% "
+                     f"{per_param} {r['train_tokens_per_s']:11.0f} {100 * r['mfu']:5.1f}% "
                      f"{gen} {r['train_memory_mb']:8.0f}")
+        if "torch" in r:
+            notes.append(f"{r['case']}: {r['torch']} (torch_reference), our side only")
         if "bf16_max_abs_logit_diff" in r:
             notes.append(f"{r['case']}: max |bf16 - fp32| logit "
                          f"{r['bf16_max_abs_logit_diff']:.3g} on one batch (largest |logit| "

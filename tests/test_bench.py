@@ -41,7 +41,16 @@ def test_quick_bench_measures_every_case():
         shape = CASES[r["case"]]
         assert all(r[k] == v for k, v in shape.items())
     table = done.stdout.split("\n", len(lines))[-1]
-    assert "baby" in table and "small" in table and "GFLOP/s" in table
+    assert "baby" in table and "small" in table and "llama" in table and "GFLOP/s" in table
+    assert "ns/param" in table
+    by_case = {r["case"]: r for r in measured}
+    for r in measured:  # the step time per parameter, what compares the architectures
+        assert r["step_ns_per_param"] == pytest.approx(r["step_ms"]["median"] * 1e6 /
+                                                       r["parameters"])
+    # the Llama case: the baby's shape and about its parameters
+    assert by_case["llama"]["arch"] == "llama" and by_case["llama"]["n_kv_head"] == 2
+    assert by_case["llama"]["parameters"] == pytest.approx(by_case["baby"]["parameters"],
+                                                           rel=0.01)
 
 
 @pytest.mark.skipif(not torch_available(), reason="the torch comparison needs torch "
@@ -99,6 +108,41 @@ def test_cprofile_lists_where_a_step_goes_instead_of_timing():
     assert [r["case"] for r in lines] == ["baby"]  # no matmul peak: nothing is timed
     assert lines[0]["functions"] and lines[0]["total_ms_per_step"] > 0
     assert "own ms/step" in done.stdout and "total" in done.stdout
+
+
+def test_the_llama_case_trains_for_a_step_or_two():
+    done = bench("--case", "llama", "--no-generate", "--threads", "1", "--steps", "1")
+    assert done.returncode == 0, done.stderr
+    (record,) = [r for r in records(done.stdout) if r["case"] == "llama"]
+    assert record["arch"] == "llama" and record["steps"] == 2  # --quick's
+    assert record["parameters"] == 804_224 and record["train_tokens_per_s"] > 0
+    assert "generate_tokens_per_s" not in record
+    assert record["flops_per_step"] > 0 and 0 < record["mfu"] < 2
+
+
+def test_against_torch_the_llama_runs_our_side_alone(monkeypatch):
+    """torch_reference has no Llama: the case runs without a torch side or ratio, and the
+    table says so (the children are stood in for: no torch needed)."""
+    import minitorch_gpu.bench as bench_module
+    ran = []
+
+    def child(what, **spec):
+        if what == "peak":
+            return {"case": "matmul_peak", "threads": 1, "gflop_per_s": 100.0}
+        ran.append((spec["case"], spec["side"]))
+        return {"case": spec["case"], "side": spec["side"], "threads": 1,
+                "step_ms": {"median": 10.0, "min": 9.0, "max": 11.0},
+                "train_tokens_per_s": 100.0, "flops_per_step": 1e9, "parameters": 10 ** 6,
+                "step_ns_per_param": 10.0, "train_memory_mb": 1.0, "peak_rss_mb": 2.0}
+
+    monkeypatch.setattr(bench_module, "_run_child", child)
+    monkeypatch.setattr(bench_module, "torch_available", lambda: True)
+    summary = bench_module.run_bench(["baby", "llama"], vs_torch=True, emit=lambda line: None)
+    assert ran == [("baby", "minitorch"), ("baby", "torch"), ("llama", "minitorch")]
+    sides = [(r["case"], r.get("side")) for r in summary[1:]]
+    assert sides == [("baby", "minitorch"), ("baby", "torch"), ("baby", "minitorch/torch"),
+                     ("llama", "minitorch")]
+    assert "llama: no torch reference for this arch" in format_table(summary)
 
 
 def test_table_without_torch_rows():

@@ -7,21 +7,23 @@ from ..memory import check_workload, workload
 from .errors import error
 from .options import add_memory_argument
 
-BENCH_CASES = ("baby", "small")  # bench.CASES's keys; bench is imported lazily
+BENCH_CASES = ("baby", "small", "llama")  # bench.CASES's keys; bench is imported lazily
 GPU_BENCH_CASES = ("gpt2",)  # bench.GPU_CASES's keys: run only when named
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """The bench command."""
     bench = sub.add_parser("bench", help="time a training step and generation",
-                           description="Time the GPT's training step (forward, loss, "
-                                       "backward, AdamW) and KV-cached generation on "
-                                       "nanoGPT's CPU shapes, each case in a fresh process; "
-                                       "one JSON line per case, then a table.")
+                           description="Time the training step (forward, loss, "
+                                       "backward, AdamW) and KV-cached generation of the "
+                                       "GPT on nanoGPT's CPU shapes and of a Llama of the "
+                                       "baby's shape, each case in a fresh process; one "
+                                       "JSON line per case, then a table.")
     bench.add_argument("--case", nargs="+", choices=BENCH_CASES + GPU_BENCH_CASES,
                        default=list(BENCH_CASES),
-                       help="which shapes (default: baby and small; gpt2, GPT-2 124M at "
-                            "batch 16 x 1024, for a GPU)")
+                       help="which shapes (default: baby, small and llama, the baby's "
+                            "shape as a Llama; gpt2, GPT-2 124M at batch 16 x 1024, for a "
+                            "GPU)")
     bench.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     bench.add_argument("--bf16", action="store_true",
                        help="the step under bf16 autocast (float32 master weights): MFU "
@@ -31,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "the libraries' own choice)")
     bench.add_argument("--vs-torch", action="store_true",
                        help="also time the same GPT in PyTorch eager and print our/torch "
-                            "ratios (needs torch installed; development only)")
+                            "ratios (needs torch installed; development only; the llama "
+                            "case has no torch model yet and runs our side alone)")
     bench.add_argument("--steps", type=int, default=30, help="timed training steps "
                                                              "(default 30)")
     bench.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
@@ -93,7 +96,7 @@ def _memory_refusal(args: argparse.Namespace, backend) -> str:
     """Why a case of ``args`` would not fit in the memory ``backend`` has ("" if all do)."""
     from ..bench import case_shape
     from ..memory import MemoryLimitError
-    from ..nn import GPTConfig
+    from ..bench import case_config
     tasks = [("train", None)] + ([] if args.no_generate or args.cprofile else
                                  [("generate", 1)])
     for case in args.case:
@@ -101,7 +104,7 @@ def _memory_refusal(args: argparse.Namespace, backend) -> str:
         batch = shape.pop("batch_size")
         for task, sequences in tasks:
             try:
-                check_workload(workload(task, GPTConfig(**shape), batch=sequences or batch,
+                check_workload(workload(task, case_config(shape), batch=sequences or batch,
                                         dtype="bf16" if args.bf16 else "float32",
                                         device=args.device),
                                backend, None, {key: key for key in shape},
