@@ -92,6 +92,61 @@ def test_train_then_generate_through_the_cli(workdir):
     assert two.returncode == 0 and two.stdout.count("---------------") == 1
 
 
+LLAMA_CONFIG = """\
+model: {{arch: llama, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 16, block_size: 16,
+        ffn_hidden: 32, pad_vocab_to: 64, dropout: {dropout}}}
+data: {{source: text_files, path: {corpus}, tokenizer: char, cache_dir: {cache}}}
+train: {{batch_size: 4, max_iters: {iters}, warmup_iters: 2, lr: 3.0e-3, log_interval: 2}}
+eval: {{interval: 3, iters: 2}}
+checkpoint: {{dir: {ckpts}}}
+system: {{seed: 7, dtype: {dtype}}}
+"""
+
+
+def write_llama_config(workdir: Path, iters: int = 6, dropout: float = 0.0,
+                       dtype: str = "float32") -> Path:
+    path = workdir / "llama.yaml"
+    path.write_text(LLAMA_CONFIG.format(corpus=workdir / "corpus.txt", cache=workdir / "cache",
+                                        ckpts=workdir / "ckpts", iters=iters, dropout=dropout,
+                                        dtype=dtype))
+    return path
+
+
+def test_a_llama_trains_samples_and_resumes_through_the_cli(workdir):
+    """model.arch llama: train as a process, a checkpoint of Hugging Face's names on disk,
+    generate from it as a process, then --resume continues the run where it stopped."""
+    config = write_llama_config(workdir)
+    run = cli("train", config, "--progress", "lines", cwd=workdir)
+    assert run.returncode == 0, run.stderr
+    assert "model: Llama with" in run.stdout and "n_kv_head 2" in run.stdout
+    run_dir = workdir / "ckpts" / "llama"
+    ckpt = load_checkpoint(run_dir / "last.ckpt")
+    assert ckpt.meta["iter_num"] == 6 and ckpt.meta["model_config"]["arch"] == "llama"
+    assert ckpt.model["model.layers.1.self_attn.k_proj.weight"].shape == (8, 16)  # 2 of 4 heads
+    assert ckpt.model["lm_head.weight"].shape == (64, 16)  # padded, untied
+    assert "transformer.wte.weight" not in ckpt.model
+    assert [r["iter"] for r in metrics(run_dir) if r["type"] == "eval"] == [0, 3, 6]
+
+    gen = cli("generate", run_dir, "--prompt", "the king", "--max-new-tokens", "30",
+              "--seed", "3", cwd=workdir)
+    assert gen.returncode == 0, gen.stderr
+    assert gen.stdout.startswith("the king") and len(gen.stdout) == len("the king") + 30 + 1
+    assert set(gen.stdout) <= set(corpus_text())  # padding ids were cut, never drawn
+
+    resumed = cli("train", config, "--resume", "--set", "train.max_iters=9", "--progress",
+                  "lines", cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(run_dir / "last.ckpt").meta["iter_num"] == 9
+    records = metrics(run_dir)
+    assert [r["iter"] for r in records if r["type"] == "eval"] == [0, 3, 6, 9]
+    assert [r["iter"] for r in records if r["type"] == "train"] == [2, 4, 6, 8, 9]  # and the last
+
+    other = cli("train", config, "--resume", "--set", "model.n_kv_head=4",
+                "--set", "train.max_iters=12", cwd=workdir)
+    assert other.returncode == 2 and "n_kv_head 2" in other.stderr and \
+        "n_kv_head 4" in other.stderr, other.stderr
+
+
 def test_prepare_runs_once_and_is_skipped_when_nothing_changed(workdir):
     config = write_config(workdir)
     first = cli("prepare", config, cwd=workdir)
@@ -229,6 +284,23 @@ def test_resume_reproduces_the_uninterrupted_loss_curve(workdir, dtype, toleranc
     final_b = load_checkpoint(resumed.last_checkpoint).model
     for key in final_a:
         np.testing.assert_allclose(final_b[key], final_a[key], rtol=tolerance, atol=1e-7)
+
+
+def test_a_resumed_llama_reproduces_the_uninterrupted_loss_curve(workdir):
+    """As for the GPT: a Llama's run in two halves is the run in one (float64, dropout on,
+    so the random streams are restored too)."""
+    config = write_llama_config(workdir, iters=12, dropout=0.1, dtype="float64")
+    straight = Trainer(load_config(config, ["checkpoint.run_name=straight"]), log=quiet,
+                       progress=False).fit()
+    half = ["checkpoint.run_name=halves", "train.lr_decay_iters=12"]
+    Trainer(load_config(config, half + ["train.max_iters=6"]), log=quiet, progress=False).fit()
+    resumed = Trainer(load_config(config, half + ["train.resume=true"]), log=quiet,
+                      progress=False).fit()
+    assert resumed.iterations == straight.iterations == 12
+    a = [r["loss"] for r in metrics(straight.run_dir) if r["type"] == "train"]
+    b = [r["loss"] for r in metrics(resumed.run_dir) if r["type"] == "train"]
+    np.testing.assert_allclose(b, a, rtol=1e-6)
+    np.testing.assert_allclose(resumed.val_loss, straight.val_loss, rtol=1e-6)
 
 
 def test_gradient_accumulation_equals_the_large_batch(workdir):

@@ -71,10 +71,13 @@ def _generate(args: argparse.Namespace) -> int:
     def check_memory(config: Any, meta: Dict[str, Any]) -> None:
         if not args.ignore_memory_check:  # the weights, the KV cache of a batch of one
             dtype = "float64" if meta.get("dtype") == "float64" else "float32"
+            names = {"n_layer": "n_layer", "n_embd": "n_embd", "block_size": "block_size",
+                     "vocab_size": "vocab_size"}
+            if config.arch == "llama":  # the KV cache's heads, the MLP's width
+                names.update(n_kv_head="n_kv_head", ffn_hidden="ffn_hidden")
             check_workload(workload("generate", config, dtype=dtype, device=args.device,
                                     from_checkpoint=True), get_backend(args.device), None,
-                           {"n_layer": "n_layer", "n_embd": "n_embd",
-                            "block_size": "block_size", "vocab_size": "vocab_size"},
+                           names,
                            "pass --ignore-memory-check to try anyway")
 
     try:
