@@ -223,10 +223,34 @@ def test_rotary_bf16_stays_bf16_and_is_computed_in_float32():
      "expected sin of shape"),
     (lambda: F.apply_rotary(mt.ones(2, 4, 3, 8, dtype=mt.int64), *F.rotary_tables(4, 8)),
      "floating-point x"),
+    (lambda: F.apply_rotary(mt.randn(2, 4, 20), *F.rotary_tables(4, 8), head_dim=8),
+     "head_dim must be an int >= 2 dividing the last dim"),
+    (lambda: F.apply_rotary(mt.randn(2, 4, 21), *F.rotary_tables(4, 8), head_dim=7),
+     "even head dim D"),
+    (lambda: F.apply_rotary(mt.randn(2, 4, 16), *F.rotary_tables(4, 8), head_dim=True),
+     "head_dim must be an int >= 2"),
 ])
 def test_rotary_errors(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
+def test_rotary_on_a_projection_with_head_dim_equals_the_head_view(layout):
+    """apply_rotary(x, cos, sin, head_dim=D) on x (B, T, H * D) is the rotation of
+    x.view(B, T, H, D), forward and backward, with x's own shape; also on a column slice
+    of a wider projection (a strided view, as q of a fused q|k|v would be)."""
+    rng = np.random.default_rng(11)
+    B, T, H, D = 2, 5, 3, 6
+    wide = rng.standard_normal((B, T, 2 * H * D))
+    data = wide[..., H * D:] if layout == "sliced" else wide[..., :H * D].copy()
+    cos, sin = F.rotary_tables(T, D, start=3, dtype=mt.float64)
+    x = mt.tensor(data, requires_grad=True)
+    flat = F.apply_rotary(x, cos, sin, head_dim=D)
+    assert tuple(flat.shape) == (B, T, H * D)
+    heads = F.apply_rotary(mt.tensor(data).view(B, T, H, D), cos, sin)
+    np.testing.assert_array_equal(flat.detach().numpy(), heads.numpy().reshape(B, T, H * D))
+    assert gradcheck(lambda t: F.apply_rotary(t, cos, sin, head_dim=D), (x,))
 
 
 # --- swiglu ------------------------------------------------------------------------------

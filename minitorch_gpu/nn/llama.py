@@ -46,14 +46,10 @@ class Rotary(Module):
         self.tables, self.n_head, self.n_kv_head = tables, n_head, n_kv_head
 
     def forward(self, q: Tensor, k: Tensor, start: int = 0) -> Tuple[Tensor, Tensor]:
-        B, T, _ = q.shape
         D = self.tables.head_dim
         dtype = dtypes.float64 if q.dtype == dtypes.float64 else dtypes.float32
-        cos, sin = self.tables(start, T, dtype=dtype, device=q.device)
-        q = apply_rotary(q.view(B, T, self.n_head, D), cos, sin).view(B, T, self.n_head * D)
-        k = apply_rotary(k.view(B, T, self.n_kv_head, D), cos, sin).view(
-            B, T, self.n_kv_head * D)
-        return q, k
+        cos, sin = self.tables(start, q.shape[1], dtype=dtype, device=q.device)
+        return (apply_rotary(q, cos, sin, head_dim=D), apply_rotary(k, cos, sin, head_dim=D))
 
     def extra_repr(self) -> str:
         return f"head_dim={self.tables.head_dim}, theta={self.tables.theta}"

@@ -27,7 +27,7 @@ negative angle; cos and sin are constants and get no gradient.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -167,31 +167,44 @@ class ApplyRotary(Function):
     x in place, any strides, bf16 included), for the backward too."""
 
     @staticmethod
-    def forward(ctx, x, cos, sin, inverse):
-        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels (rotary)
-        ctx.kernels = kernels if kernels is not None and kernels.supports_rotary(
-            x, cos, sin) else None
-        ctx.inverse = inverse
+    def forward(ctx, x, cos, sin, inverse, head_dim):
+        ctx.inverse, ctx.head_dim = inverse, head_dim
         ctx.save_for_backward(cos, sin)
-        if ctx.kernels is not None:
-            return ctx.kernels.rotary_forward(x, cos, sin, inverse)
-        return _rotate(ctx.xp, x, cos, sin, inverse)
+        return _rotate_heads(ctx, x, cos, sin, inverse, head_dim)
 
     @staticmethod
     def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
-        if ctx.kernels is not None and ctx.kernels.supports_rotary(grad, cos, sin):
-            return ctx.kernels.rotary_forward(grad, cos, sin, not ctx.inverse), None, None, None
-        return _rotate(ctx.xp, grad, cos, sin, not ctx.inverse), None, None, None
+        return (_rotate_heads(ctx, grad, cos, sin, not ctx.inverse, ctx.head_dim),
+                None, None, None, None)
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, inverse: bool = False) -> Tensor:
+def _rotate_heads(ctx, x, cos, sin, inverse, head_dim):
+    """x rotated, on the CUDA kernel where it takes x, else ``_rotate``; with ``head_dim``
+    x is (..., T, H * head_dim), heads side by side (a projection's layout), viewed as
+    (..., T, H, head_dim) for the rotation and the result given x's shape again."""
+    shape = x.shape
+    if head_dim is not None:
+        x = x.reshape(*shape[:-1], shape[-1] // head_dim, head_dim)  # a view when it can be
+    kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels (rotary)
+    if kernels is not None and kernels.supports_rotary(x, cos, sin):
+        out = kernels.rotary_forward(x, cos, sin, inverse)
+    else:
+        out = _rotate(ctx.xp, x, cos, sin, inverse)
+    return out.reshape(shape)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, inverse: bool = False,
+                 head_dim: Optional[int] = None) -> Tensor:
     """Rotary position embedding of ``x`` (..., T, H, D), e.g. ``q.view(B, T, H, D)``, by
     the (T, D/2) tables of ``rotary_tables`` (broadcast over the batch and the heads), in
-    the rotate-half convention (module docstring). Returns a new contiguous tensor of x's
-    dtype; bf16 is computed in float32, float64 stays float64. No autocast rule: it keeps
-    its input's dtype, as the elementwise ops do. ``cos`` and ``sin`` must not require
-    grad (they are constants): that is a ValueError, not a silent None gradient."""
+    the rotate-half convention (module docstring). With ``head_dim``, x is a projection's
+    (..., T, H * head_dim), heads side by side, and the result has its shape: the same
+    rotation without the two views around it (what a Llama's attention does per token).
+    Returns a new contiguous tensor of x's dtype; bf16 is computed in float32, float64
+    stays float64. No autocast rule: it keeps its input's dtype, as the elementwise ops
+    do. ``cos`` and ``sin`` must not require grad (they are constants): that is a
+    ValueError, not a silent None gradient."""
     require_tensor(x, "apply_rotary", "x")
     require_float(x, "apply_rotary", "x")
     for name, table in (("cos", cos), ("sin", sin)):
@@ -200,16 +213,25 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, inverse: bool = False) 
         if table.requires_grad:
             raise ValueError(f"apply_rotary: {name} must not require grad (the tables are "
                              f"constants; detach it or make it with rotary_tables)")
-    if x.ndim < 3:
+    if head_dim is not None:
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or \
+                x.ndim < 2 or x.shape[-1] % head_dim:
+            raise ValueError(f"apply_rotary: head_dim must be an int >= 2 dividing the last "
+                             f"dim of x (..., T, H * head_dim), got head_dim={head_dim!r} for "
+                             f"x of shape {tuple(x.shape)}")
+        shape = (*x.shape[:-1], x.shape[-1] // head_dim, head_dim)
+    elif x.ndim < 3:
         raise ValueError(f"apply_rotary: expected x of shape (..., T, H, D), at least 3 dims, "
                          f"got shape {tuple(x.shape)}")
-    d = x.shape[-1]
+    else:
+        shape = tuple(x.shape)
+    d = shape[-1]
     if d % 2:
         raise ValueError(f"apply_rotary: expected an even head dim D, got x of shape "
                          f"{tuple(x.shape)}")
-    expected = (x.shape[-3], d // 2)
+    expected = (shape[-3], d // 2)
     for name, table in (("cos", cos), ("sin", sin)):
         if tuple(table.shape) != expected:
             raise ValueError(f"apply_rotary: expected {name} of shape (T, D/2) = {expected} "
                              f"for x of shape {tuple(x.shape)}, got {tuple(table.shape)}")
-    return ApplyRotary.apply(x, cos, sin, bool(inverse))
+    return ApplyRotary.apply(x, cos, sin, bool(inverse), head_dim)
