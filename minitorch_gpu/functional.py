@@ -17,3 +17,5 @@ __all__ += ["one_hot", "pad"]
 from .ops import apply_rotary, rotary_tables, swiglu
 from .ops.rotary import RotaryTables
 __all__ += ["RotaryTables", "apply_rotary", "rotary_tables", "swiglu"]
+from .ops import cached_grouped_attention, grouped_causal_attention
+__all__ += ["cached_grouped_attention", "grouped_causal_attention"]

@@ -1,5 +1,9 @@
-"""Forward + backward time of the GPT's hot ops at the sizes of a small GPT, against
-PyTorch eager on the same inputs when it is importable (a development-only reference).
+"""Forward + backward time of the GPT's and the Llama's hot ops at the sizes of a small
+GPT, against PyTorch eager on the same inputs when it is importable (a development-only
+reference). The Llama's: rms_norm, swiglu (and ours unfused, silu(g) * u), apply_rotary
+on a projection's heads (torch: Hugging Face's q * cos + rotate_half(q) * sin) and
+grouped-query causal attention with half as many key/value heads (torch: SDPA with
+enable_gqa on the same heads).
 
     python scripts/bench_ops.py [--batch 8] [--seq 256] [--embd 384] [--heads 6]
                                 [--vocab 65] [--repeat 15] [--threads 2]
@@ -46,7 +50,12 @@ def main() -> None:
         "targets": rng.integers(0, V, B * T),
         "wte": rng.standard_normal((V, C), dtype=np.float32),
         "idx": rng.integers(0, V, (B, T)),
+        "gate": rng.standard_normal((B, T, 8 * C // 3), dtype=np.float32),
+        "up": rng.standard_normal((B, T, 8 * C // 3), dtype=np.float32),
+        "kv": rng.standard_normal((B, T, C // 2), dtype=np.float32),
     }
+    Hkv, D = max(H // 2, 1), C // H
+    cos, sin = F.rotary_tables(T, D)
 
     def ours(name, *, grad=True):
         return mt.tensor(arrays[name], requires_grad=grad and arrays[name].dtype.kind == "f")
@@ -61,6 +70,12 @@ def main() -> None:
         "cross_entropy": (lambda: F.cross_entropy(ours("logits"), ours("targets", grad=False))),
         "embedding": (lambda: F.embedding(ours("idx", grad=False), ours("wte"))),
         "cast fp32->bf16": (lambda: ours("h").to(mt.bfloat16)),
+        "rms_norm": (lambda: F.rms_norm(ours("x"), C, ours("ln_w"), 1e-5)),
+        "swiglu": (lambda: F.swiglu(ours("gate"), ours("up"))),
+        "swiglu unfused": (lambda: F.silu(ours("gate")) * ours("up")),
+        "apply_rotary": (lambda: F.apply_rotary(ours("x"), cos, sin, head_dim=D)),
+        "grouped causal attention": (lambda: F.grouped_causal_attention(
+            ours("x"), ours("kv"), ours("kv"), H, Hkv)),
     }
 
     def run_ours(make):
@@ -87,7 +102,24 @@ def main() -> None:
             "cross_entropy": lambda: TF.cross_entropy(theirs("logits"), theirs("targets", grad=False)),
             "embedding": lambda: TF.embedding(theirs("idx", grad=False), theirs("wte")),
             "cast fp32->bf16": lambda: theirs("h").to(torch.bfloat16),
+            "rms_norm": lambda: TF.rms_norm(theirs("x"), (C,), theirs("ln_w"), 1e-5),
+            "swiglu": lambda: TF.silu(theirs("gate")) * theirs("up"),
+            "apply_rotary": lambda: torch_rotary(theirs("x")),
+            "grouped causal attention": lambda: torch_gqa(theirs("x"), theirs("kv")),
         }
+        cos2 = torch.from_numpy(np.concatenate([cos.numpy()] * 2, -1))[:, None, :]
+        sin2 = torch.from_numpy(np.concatenate([sin.numpy()] * 2, -1))[:, None, :]
+
+        def torch_rotary(x):  # Hugging Face's form, on (B, T, H, D) views
+            heads = x.view(B, T, H, D)
+            half = torch.cat([-heads[..., D // 2:], heads[..., :D // 2]], dim=-1)
+            return (heads * cos2 + half * sin2).view(B, T, C)
+
+        def torch_gqa(x, kv):
+            q = x.view(B, T, H, D).transpose(1, 2)
+            k = kv.view(B, T, Hkv, D).transpose(1, 2)
+            out = TF.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True)
+            return out.transpose(1, 2).reshape(B, T, C)
     except ImportError:
         torch = None
 

@@ -105,3 +105,118 @@ def test_gqa_against_torch():
     for a, b in zip(ours, [out.detach().numpy(), tq.grad.numpy(), tk.grad.numpy(),
                            tv.grad.numpy()]):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+# --- grouped_causal_attention: a Llama's form on its projections ---------------------------
+PROJECTIONS = [  # (B, T, n_head, n_kv_head, head_dim)
+    (2, 5, 4, 2, 3),   # grouped-query
+    (1, 6, 3, 1, 4),   # multi-query
+    (2, 4, 2, 2, 5),   # multi-head
+    (1, 9, 6, 3, 2),   # three groups of two
+]
+
+
+def _projections(rng, B, T, H, Hkv, D, dtype=np.float64):
+    return (rng.standard_normal((B, T, H * D)).astype(dtype),
+            rng.standard_normal((B, T, Hkv * D)).astype(dtype),
+            rng.standard_normal((B, T, Hkv * D)).astype(dtype))
+
+
+def _grouped(q, k, v, H, Hkv):
+    """(output, dq, dk, dv) of grouped_causal_attention for a fixed output gradient."""
+    ts = [mt.tensor(a, requires_grad=True) for a in (q, k, v)]
+    out = F.grouped_causal_attention(*ts, H, Hkv)
+    weight = np.cos(np.arange(out.data.size)).reshape(out.shape)
+    (out * mt.tensor(weight, dtype=out.dtype)).sum().backward()
+    return [out.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+
+def _heads_reference(q, k, v, H, Hkv):
+    """The same through scaled_dot_product_attention(enable_gqa=True) on (B, heads, T, D)
+    copies of the projections, gradients back in the projections' layout."""
+    B, T, _ = q.shape
+    D = q.shape[2] // H
+    as_heads = lambda a, n: np.ascontiguousarray(a.reshape(B, T, n, D).transpose(0, 2, 1, 3))
+    ts = [mt.tensor(as_heads(a, n), requires_grad=True) for a, n in ((q, H), (k, Hkv), (v, Hkv))]
+    out = F.scaled_dot_product_attention(*ts, is_causal=True, enable_gqa=True)
+    weight = np.cos(np.arange(q.size)).reshape(q.shape)  # _grouped's, in the heads' layout
+    (out * mt.tensor(as_heads(weight, H))).sum().backward()
+    back = lambda g: g.transpose(0, 2, 1, 3).reshape(B, T, -1)
+    return [back(out.detach().numpy())] + [back(t.grad.numpy()) for t in ts]
+
+
+@pytest.mark.parametrize("shape", PROJECTIONS, ids=str)
+def test_grouped_causal_attention_equals_sdpa_on_head_views(shape):
+    B, T, H, Hkv, D = shape
+    q, k, v = _projections(np.random.default_rng(5), B, T, H, Hkv, D)
+    for a, b in zip(_grouped(q, k, v, H, Hkv), _heads_reference(q, k, v, H, Hkv)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", PROJECTIONS[:2], ids=str)
+def test_grouped_causal_attention_gradcheck(shape):
+    from minitorch_gpu.testing import gradcheck
+    B, T, H, Hkv, D = shape
+    ts = [mt.tensor(a, requires_grad=True) for a in _projections(np.random.default_rng(6),
+                                                                 B, T, H, Hkv, D)]
+    assert gradcheck(lambda a, b, c: F.grouped_causal_attention(a, b, c, H, Hkv), ts)
+
+
+def test_grouped_causal_attention_tiled_path(monkeypatch):
+    rng = np.random.default_rng(7)
+    q, k, v = _projections(rng, 2, 9, 4, 2, 3)
+    expected = _grouped(q, k, v, 4, 2)
+    monkeypatch.setattr(attention_ops, "TILED_FROM", 4)
+    for a, b in zip(_grouped(q, k, v, 4, 2), expected):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_grouped_causal_attention_kernel_branches(standin):  # noqa: F811
+    """Through the CUDA dense path's stand-ins (the kernels' NumPy twins): the grouped views
+    reach the kernels as they are, and k's and v's gradients come back summed per group."""
+    calls = standin(True)
+    q, k, v = _projections(np.random.default_rng(8), 2, 6, 4, 2, 8, np.float32)
+    ours = _grouped(q, k, v, 4, 2)
+    assert {"attention_softmax_forward", "attention_softmax_backward"} <= set(calls)
+    standin(False)
+    expected = _grouped(*(a.astype(np.float64) for a in (q, k, v)), 4, 2)
+    for a, b in zip(ours, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_cached_grouped_attention_continues_the_prompt():
+    """A prompt, then one position at a time, through a (B, n_kv_head, capacity, D) cache:
+    each step's output equals the full causal attention's row, and the cache holds the
+    keys and values in head layout."""
+    B, T, H, Hkv, D = 2, 7, 4, 2, 3
+    q, k, v = _projections(np.random.default_rng(9), B, T, H, Hkv, D)
+    full = _grouped(q, k, v, H, Hkv)[0]
+    keys, values = mt.zeros(B, Hkv, 10, D, dtype=mt.float64), mt.zeros(B, Hkv, 10, D,
+                                                                     dtype=mt.float64)
+    with mt.no_grad():
+        got = [F.cached_grouped_attention(mt.tensor(q[:, :4]), mt.tensor(k[:, :4]),
+                                          mt.tensor(v[:, :4]), keys, values, 0, H).numpy()]
+        for t in range(4, T):
+            got.append(F.cached_grouped_attention(
+                mt.tensor(q[:, t:t + 1]), mt.tensor(k[:, t:t + 1]), mt.tensor(v[:, t:t + 1]),
+                keys, values, t, H).numpy())
+    np.testing.assert_allclose(np.concatenate(got, axis=1), full, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(keys.numpy()[:, :, :T],
+                                  k.reshape(B, T, Hkv, D).transpose(0, 2, 1, 3))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 3, 4),
+                                        mt.randn(1, 3, 4), 3, 2), "positive multiple"),
+    (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 3, 5),
+                                        mt.randn(1, 3, 5), 4, 2), r"expected k \(B, T"),
+    (lambda: F.grouped_causal_attention(mt.randn(3, 12), mt.randn(3, 6), mt.randn(3, 6), 4,
+                                        2), r"expected q \(B, T, n_head"),
+    (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 4, 6),
+                                        mt.randn(1, 4, 6), 4, 2), "positions"),
+    (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 3, 6),
+                                        mt.randn(1, 3, 6), 4, 2, dropout_p=1.0), "dropout_p"),
+])
+def test_grouped_causal_attention_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
