@@ -654,6 +654,29 @@ for name, shape, n_head in (("packed-causal-attention", (2, 5, 12), 2),
     case(name, lambda qkv, n=n_head: F.packed_causal_attention(qkv, n),
          lambda qkv, n=n_head: packed_attention_ref(qkv, n), Float(shape), float32=True)
 
+
+
+def grouped_attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_head: int,
+                          n_kv_head: int) -> np.ndarray:
+    """q (B, T, H hs), k, v (B, T, Hkv hs) split into heads, k and v repeated to the query's
+    heads (query head h uses kv head h // (H / Hkv)), causal attention, heads side by side."""
+    B, T, width = q.shape
+    hs = width // n_head
+    heads = lambda a, n: a.reshape(B, T, n, hs).transpose(0, 2, 1, 3)
+    group = n_head // n_kv_head
+    out = attention_ref(heads(q, n_head), np.repeat(heads(k, n_kv_head), group, axis=1),
+                        np.repeat(heads(v, n_kv_head), group, axis=1), causal=True)
+    return out.transpose(0, 2, 1, 3).reshape(B, T, width)
+
+
+for name, (B, T, H, Hkv, hs) in (("grouped-causal-attention", (2, 5, 4, 2, 3)),
+                                 ("grouped-causal-attention-mqa", (1, 4, 3, 1, 2)),
+                                 ("grouped-causal-attention-mha", (2, 3, 2, 2, 4))):
+    case(name, lambda q, k, v, h=H, g=Hkv: F.grouped_causal_attention(q, k, v, h, g),
+         lambda q, k, v, h=H, g=Hkv: grouped_attention_ref(q, k, v, h, g),
+         Float((B, T, H * hs)), Float((B, T, Hkv * hs)), Float((B, T, Hkv * hs)),
+         float32=name.endswith("attention"))
+
 # --- shape ops and views ------------------------------------------------------------------
 X234 = Float((2, 3, 4))
 case("transpose", lambda x: x.transpose(0, 2), lambda x: np.swapaxes(x, 0, 2), X234)
