@@ -37,8 +37,8 @@ reports the functions that take the most of a step's own time.
 The torch side (``--vs-torch``, development only: torch is never a dependency) is
 ``torch_reference.TorchGPT`` with our model's initial weights, explicit-matmul attention,
 ``torch.optim.AdamW`` with the same groups and settings, and an equivalent KV cache. Only
-the GPT cases have one (``TORCH_ARCHS``): torch_reference has no Llama yet, so the llama
-case runs our side alone, and the table says so.
+the GPT cases have one (``TORCH_ARCHS``): torch_reference's TorchLlama has no KV-cached
+generation yet, so the llama case runs our side alone, and the table says so.
 
     minitorch-gpu bench --vs-torch --threads 2
     minitorch-gpu bench --case gpt2 --device cuda --bf16 --no-generate
@@ -70,7 +70,7 @@ GPU_CASES: Dict[str, Dict[str, Any]] = {  # run only when named: too large for a
                  vocab_size=50304),
 }
 SIDES = ("minitorch", "torch")
-TORCH_ARCHS = ("gpt2",)  # the archs torch_reference has a model of (TorchGPT)
+TORCH_ARCHS = ("gpt2",)  # the archs whose torch_reference model has a KV-cached generate (TorchGPT)
 LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.99), 0.1  # nanoGPT's Shakespeare settings
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 EXIT_OUT_OF_MEMORY = 3  # a measuring process that ran out of memory (its one line on stderr)
@@ -148,7 +148,8 @@ def _build(side: str, shape: Dict[str, Any], device: str):
         batches = [(mt.tensor(x, device=device), mt.tensor(y, device=device)) for x, y in data]
         return ours, optimizer, batches, flops, parameters
     if config.arch not in TORCH_ARCHS:
-        raise ValueError(f"bench: torch_reference has no model of arch {config.arch!r}")
+        raise ValueError(f"bench: torch_reference has no KV-cached generation for arch "
+                         f"{config.arch!r} (TorchLlama trains, but has no generate)")
     import torch
 
     from minitorch_gpu.torch_reference import TorchGPT, torch_adamw

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
-from .nn.lm_config import ARCHS, GPTConfig
+from .nn.lm_config import ARCHS, GPTConfig, check_arch_fields
 
 __all__ = ["Config", "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "EvalConfig",
            "CheckpointConfig", "SystemConfig", "LoggingConfig", "load_config",
@@ -353,32 +353,12 @@ def _check(condition: bool, key: str, expected: str, actual: Any) -> None:
 
 
 def _validate_arch(m: ModelConfig) -> None:
-    """The fields one architecture has and the other lacks: Llama's are null or left at
-    their defaults under arch gpt2, so a typo'd arch cannot silently drop them."""
-    llama = m.arch == "llama"
-    if not llama:
-        base = GPTConfig()
-        for key in ("n_kv_head", "ffn_hidden"):
-            _check(getattr(m, key) is None or (key == "n_kv_head" and m.n_kv_head == m.n_head),
-                   f"model.{key}", "null under model.arch gpt2 (a llama field)",
-                   getattr(m, key))
-        for key in ("rope_theta", "ffn_multiple_of"):
-            _check(getattr(m, key) == getattr(base, key), f"model.{key}",
-                   f"{getattr(base, key)!r} under model.arch gpt2 (a llama field)",
-                   getattr(m, key))
-    for key in ("n_kv_head", "ffn_hidden", "ffn_multiple_of"):
-        value = getattr(m, key)
-        _check(value is None or value >= 1, f"model.{key}", "an int >= 1 or null", value)
-    if m.n_kv_head is not None and m.n_head % m.n_kv_head:
-        raise ConfigError(f"config key 'model.n_kv_head': model.n_head ({m.n_head}) must be a "
-                          f"multiple of n_kv_head ({m.n_kv_head}): each key/value head serves "
-                          f"an equal group of query heads")
-    if llama and (m.n_embd // m.n_head) % 2:
-        raise ConfigError(f"config key 'model.n_embd': the head size n_embd // n_head = "
-                          f"{m.n_embd // m.n_head} must be even for rotary positions")
-    for key in ("rope_theta", "norm_eps"):
-        value = getattr(m, key)
-        _check(0 < value < math.inf, f"model.{key}", "a positive number", value)
+    """GPTConfig's rules of a model's shape (``check_arch_fields``), each broken one a
+    ConfigError naming model.KEY."""
+    def fail(key: str, message: str) -> None:
+        raise ConfigError(f"config key 'model.{key}': {key} {message}")
+
+    check_arch_fields(m, fail, vocab_optional=True)
 
 
 def validate(cfg: Config) -> None:

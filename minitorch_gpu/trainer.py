@@ -89,7 +89,7 @@ def _silent(message: str) -> None:
 
 
 class Trainer:
-    """Trains the GPT that ``cfg`` describes.
+    """Trains the model (a GPT or a Llama) that ``cfg`` describes.
 
     >>> result = Trainer(load_config("configs/shakespeare_char.yaml")).fit()
     >>> result.best_checkpoint       # checkpoints/shakespeare_char/best.ckpt

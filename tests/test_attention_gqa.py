@@ -60,12 +60,24 @@ def test_gqa_with_a_per_head_mask():
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+def _count_tiled(monkeypatch) -> list:
+    """Calls of the tiled forward from here on (a test of the tiled path must see it run)."""
+    calls = []
+    real = attention_ops.tiled_attention_forward
+    monkeypatch.setattr(attention_ops, "tiled_attention_forward",
+                        lambda *args: calls.append(1) or real(*args))
+    return calls
+
+
 def test_gqa_tiled_path(monkeypatch):
     monkeypatch.setattr(attention_ops, "TILED_FROM", 4)
+    tiled = _count_tiled(monkeypatch)
     rng = np.random.default_rng(2)
     q, k, v = _inputs(rng, L=9, S=11)
     for causal in (False, True):
         ours = _run(q, k, v, is_causal=causal)
+        assert tiled, "the tiled path did not run"
+        tiled.clear()
         monkeypatch.setattr(attention_ops, "TILED_FROM", 10 ** 9)
         expected = _repeated_reference(q, k, v, is_causal=causal)
         monkeypatch.setattr(attention_ops, "TILED_FROM", 4)
@@ -167,7 +179,10 @@ def test_grouped_causal_attention_tiled_path(monkeypatch):
     q, k, v = _projections(rng, 2, 9, 4, 2, 3)
     expected = _grouped(q, k, v, 4, 2)
     monkeypatch.setattr(attention_ops, "TILED_FROM", 4)
-    for a, b in zip(_grouped(q, k, v, 4, 2), expected):
+    tiled = _count_tiled(monkeypatch)
+    ours = _grouped(q, k, v, 4, 2)
+    assert tiled, "the tiled path did not run"
+    for a, b in zip(ours, expected):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
@@ -207,16 +222,46 @@ def test_cached_grouped_attention_continues_the_prompt():
 
 @pytest.mark.parametrize("call, message", [
     (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 3, 4),
-                                        mt.randn(1, 3, 4), 3, 2), "positive multiple"),
+                                        mt.randn(1, 3, 4), 3, 2), r"n_kv_head \(2\) must divide n_head \(3\)"),
     (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 3, 5),
-                                        mt.randn(1, 3, 5), 4, 2), r"expected k \(B, T"),
+                                        mt.randn(1, 3, 5), 4, 2), r"expected k \(B, S"),
     (lambda: F.grouped_causal_attention(mt.randn(3, 12), mt.randn(3, 6), mt.randn(3, 6), 4,
                                         2), r"expected q \(B, T, n_head"),
     (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 4, 6),
                                         mt.randn(1, 4, 6), 4, 2), "positions"),
     (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 3, 6),
                                         mt.randn(1, 3, 6), 4, 2, dropout_p=1.0), "dropout_p"),
+    (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(1, 3, 6),
+                                        mt.randn(1, 3, 6), 4, 2, dropout_p="0.1"), "dropout_p"),
+    (lambda: F.grouped_causal_attention(mt.randn(1, 3, 12), mt.randn(3, 6), mt.randn(3, 6), 4,
+                                        2), r"expected k \(B, S, n_kv_head \* head_dim\) = "
+                                            r"\(1, S, 6\)"),
+    (lambda: _cached(q_len=2, k_len=4), "q has 2 new positions, k and v 4"),
+    (lambda: _cached(start=7), r"start must be an int in \[0, capacity - T\] = \[0, 6\]"),
+    (lambda: _cached(cache_batch=2), r"expected keys of shape \(B, n_kv_head, capacity, "
+                                     r"head_dim\) = \(1, 2, 8, 3\)"),
+    (lambda: _cached(head_dim=4), "expected keys of shape"),
 ])
 def test_grouped_causal_attention_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def _cached(q_len=2, k_len=2, start=0, cache_batch=1, head_dim=3):
+    """cached_grouped_attention with one thing wrong (4 query heads over 2, head dim 3, a
+    cache of 8 positions); the cache must be untouched when it refuses."""
+    keys = mt.zeros(cache_batch, 2, 8, head_dim)
+    values = mt.zeros(cache_batch, 2, 8, head_dim)
+    try:
+        with mt.no_grad():
+            F.cached_grouped_attention(mt.randn(1, q_len, 12), mt.randn(1, k_len, 6),
+                                       mt.randn(1, k_len, 6), keys, values, start, 4)
+    finally:
+        assert not keys.numpy().any() and not values.numpy().any(), "the cache was written"
+
+
+def test_cached_grouped_attention_refuses_grad_mode():
+    q = mt.randn(1, 2, 12, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a KV cache is for inference"):
+        F.cached_grouped_attention(q, mt.randn(1, 2, 6), mt.randn(1, 2, 6),
+                                   mt.zeros(1, 2, 8, 3), mt.zeros(1, 2, 8, 3), 0, 4)

@@ -82,6 +82,21 @@ def test_override_values_are_yaml(text, expected):
     ({"system": {"device": "gpu"}}, r"'system.device': expected cpu, cuda or cuda:N, got 'gpu'"),
     ({"checkpoint": {"run_name": "a/b"}}, r"'checkpoint.run_name': expected a name without '/'"),
     ({"eval": {"iters": 0}}, r"'eval.iters': expected an int >= 1"),
+    # the Llama's fields
+    ({"model": {"arch": "lama"}}, r"'model.arch': expected one of gpt2, llama, got 'lama'; "
+                                  r"did you mean 'llama'"),
+    ({"model": {"n_kv_head": 2}}, r"'model.n_kv_head': n_kv_head \(2\) must be null \(or "
+                                  r"n_head, 4\) under arch gpt2"),
+    ({"model": {"ffn_hidden": 256}}, r"'model.ffn_hidden': ffn_hidden must be None under "
+                                     r"arch gpt2"),
+    ({"model": {"arch": "llama", "n_kv_head": 3}},
+     r"'model.n_kv_head': n_kv_head \(3\) must divide n_head \(4\)"),
+    ({"model": {"arch": "llama", "n_embd": 12, "n_head": 4}},
+     r"'model.n_embd': n_embd // n_head, the head size 3, must be even"),
+    ({"model": {"arch": "llama", "rope_theta": -1.0}},
+     r"'model.rope_theta': rope_theta must be a positive number, got -1.0"),
+    ({"model": {"arch": "llama", "ffn_hidden": 0}},
+     r"'model.ffn_hidden': ffn_hidden must be a positive int or null, got 0"),
 ])
 def test_bad_configs_name_the_key_the_expected_and_the_actual(raw, message):
     with pytest.raises(ConfigError, match=message):

@@ -278,9 +278,9 @@ def test_cached_logits_match_full_recomputation_position_by_position():
         with pytest.raises(ValueError, match="the kv_cache is full: it holds 16 of 16 positions"):
             model(idx[:, :1], kv_cache=cache)
         other = nn.KVCache(nn.GPTConfig(**{**TINY, "block_size": 16}), batch_size=3)
-        with pytest.raises(ValueError, match=r"the kv_cache was made for n_layer, n_kv_head, "
-                           r"head_dim, block_size = \(2, 2, 4, 16\), the model has "
-                           r"\(2, 4, 8, 16\)"):
+        with pytest.raises(ValueError, match=r"the kv_cache was made for arch, n_layer, "
+                           r"n_kv_head, head_dim, block_size = \('gpt2', 2, 2, 4, 16\), the "
+                           r"model has \('gpt2', 2, 4, 8, 16\)"):
             model(idx[:, :1], kv_cache=other)
         with pytest.raises(ValueError, match="the kv_cache holds 2 sequences, idx has 3"):
             model(idx[:, :1], kv_cache=nn.KVCache(model.config, batch_size=2))

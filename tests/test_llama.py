@@ -7,6 +7,7 @@ shape in ``llama_shapes.py``) are in ``test_against_torch.py``, beside the GPT's
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -108,9 +109,10 @@ def test_cached_logits_match_full_recomputation_position_by_position(changes):
 def test_a_cache_made_for_another_model_is_refused_naming_n_kv_head():
     model = nn.Llama(config_of(SHAPES["gqa"]))
     other = nn.KVCache(config_of(SHAPES["mqa"]), batch_size=1)
-    with mt.no_grad(), pytest.raises(ValueError, match=r"the kv_cache was made for n_layer, "
-                                     r"n_kv_head, head_dim, block_size = \(2, 1, 4, 8\), "
-                                     r"the model has \(2, 2, 4, 8\)"):
+    with mt.no_grad(), pytest.raises(ValueError, match=r"the kv_cache was made for arch, "
+                                     r"n_layer, n_kv_head, head_dim, block_size = "
+                                     r"\('llama', 2, 1, 4, 8\), the model has "
+                                     r"\('llama', 2, 2, 4, 8\)"):
         model(random_ids((1, 2)), kv_cache=other)
 
 
@@ -129,11 +131,12 @@ def test_cached_and_uncached_greedy_generation_agree_past_the_block(changes, shi
 
 # --- config errors ------------------------------------------------------------------------
 @pytest.mark.parametrize("changes, message", [
-    (dict(n_head=4, n_kv_head=3), r"n_head \(4\) must be a multiple of n_kv_head \(3\)"),
-    (dict(n_head=4, n_kv_head=8), r"n_head \(4\) must be a multiple of n_kv_head \(8\)"),
-    (dict(n_embd=12, n_head=4, n_kv_head=2), "the head size n_embd // n_head = 3 must be "
+    (dict(n_head=4, n_kv_head=3), r"n_kv_head \(3\) must divide n_head \(4\)"),
+    (dict(n_head=4, n_kv_head=8), r"n_kv_head \(8\) must divide n_head \(4\)"),
+    (dict(n_embd=12, n_head=4, n_kv_head=2), "n_embd // n_head, the head size 3, must be "
                                              "even for rotary positions"),
-    (dict(n_head=4, n_kv_head=0), "n_kv_head must be a positive int, got 0"),
+    (dict(n_head=4, n_kv_head=0), "n_kv_head must be a positive int or null, got 0"),
+    (dict(n_head=4, block_size=None), "block_size must be a positive int, got None"),
     (dict(n_head=4, rope_theta=0.0), "rope_theta must be a positive number"),
 ])
 def test_config_rejects_impossible_llama_shapes(changes, message):
@@ -154,9 +157,27 @@ def test_each_model_refuses_the_other_arch(build, config, message):
 
 
 def test_a_gpt_config_cannot_group_its_heads():
-    with pytest.raises(ValueError, match=r"n_kv_head \(2\) differs from n_head \(4\), which "
-                                         "only arch llama supports"):
+    with pytest.raises(ValueError, match=r"n_kv_head \(2\) must be null \(or n_head, 4\) under "
+                                         "arch gpt2"):
         nn.GPTConfig(n_head=4, n_kv_head=2, n_embd=16)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(ffn_hidden=7), "ffn_hidden must be None under arch gpt2"),
+    (dict(rope_theta=5.0), "rope_theta must be 10000.0 under arch gpt2"),
+    (dict(ffn_multiple_of=32), "ffn_multiple_of must be 64 under arch gpt2"),
+])
+def test_a_gpt_config_refuses_the_llama_fields_it_would_ignore(changes, message):
+    with pytest.raises(ValueError, match="GPTConfig: " + message):
+        nn.GPTConfig(n_head=4, n_embd=16, **changes)
+
+
+def test_replace_changes_a_gpt_configs_heads():
+    """A GPT-2 config stores no head count of its own (n_kv_head None, kv_heads n_head),
+    so dataclasses.replace of n_head works as it did before the Llama fields."""
+    config = nn.GPTConfig(n_head=2, n_embd=8, n_kv_head=2)
+    assert config.n_kv_head is None and config.kv_heads == 2
+    assert dataclasses.replace(config, n_head=4).kv_heads == 4
 
 
 # --- accounting, training, bf16 -----------------------------------------------------------

@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--vs-torch", action="store_true",
                        help="also time the same GPT in PyTorch eager and print our/torch "
                             "ratios (needs torch installed; development only; the llama "
-                            "case has no torch model yet and runs our side alone)")
+                            "case has no torch side yet, as the torch Llama has no "
+                            "KV-cached generation, and runs our side alone)")
     bench.add_argument("--steps", type=int, default=30, help="timed training steps "
                                                              "(default 30)")
     bench.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
@@ -94,9 +95,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _memory_refusal(args: argparse.Namespace, backend) -> str:
     """Why a case of ``args`` would not fit in the memory ``backend`` has ("" if all do)."""
-    from ..bench import case_shape
     from ..memory import MemoryLimitError
-    from ..bench import case_config
+    from ..bench import case_config, case_shape
     tasks = [("train", None)] + ([] if args.no_generate or args.cprofile else
                                  [("generate", 1)])
     for case in args.case:

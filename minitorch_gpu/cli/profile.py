@@ -88,7 +88,7 @@ def _profile(args: argparse.Namespace) -> int:
     if mixed:
         mode += ", bf16 autocast"
     c = model.config
-    heads = f"{c.n_head} heads" if c.n_kv_head == c.n_head else \
+    heads = f"{c.n_head} heads" if c.kv_heads == c.n_head else \
         f"{c.n_head} heads, {c.n_kv_head} key/value heads"
     print(f"{model.num_params() / 1e6:.2f}M-parameter {type(model).__name__} ({c.n_layer} "
           f"layers, {heads}, {c.n_embd} wide), batch {B} x {T} "

@@ -12,8 +12,8 @@ from .options import add_config_arguments, add_memory_argument, config_from_args
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The train and prepare commands."""
-    train = sub.add_parser("train", help="train a GPT from a config",
-                           description="Train the GPT a config describes; checkpoints, the "
+    train = sub.add_parser("train", help="train a GPT or a Llama from a config",
+                           description="Train the model a config describes (model.arch: gpt2 or llama); checkpoints, the "
                                        "resolved config and metrics.jsonl go to "
                                        "checkpoint.dir/run_name/.")
     add_config_arguments(train)
@@ -38,7 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    """Train the config's GPT; the exit code."""
+    """Train the config's model; the exit code."""
     from ..checkpoint import CheckpointError
     from ..config import ConfigError
     from ..trainer import Trainer, TrainingDiverged, TrainingError, TrainingRefused

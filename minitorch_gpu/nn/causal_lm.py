@@ -31,11 +31,12 @@ class KVCache:
 
     def __init__(self, config: GPTConfig, batch_size: int, device: object = "cpu",
                  dtype: object = dtypes.float32) -> None:
-        shape = (batch_size, config.n_kv_head, config.block_size, config.head_dim)
+        shape = (batch_size, config.kv_heads, config.block_size, config.head_dim)
         self.keys = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.values = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
         self.shape = shape  # (B, n_kv_head, capacity, head_dim) of every layer's buffers
         self.n_layer = config.n_layer
+        self.arch = config.arch  # a Llama's cached keys are rotated, a GPT's are not
         self.capacity = config.block_size
         self.batch_size = batch_size
         self.length = 0  # positions held
@@ -45,10 +46,11 @@ class KVCache:
         """ValueError (naming ``where``) unless this cache was made for a model of
         ``config`` and a batch of ``batch`` sequences, and has room for ``new`` more
         positions."""
-        expected = (self.n_layer, self.shape[1], self.shape[3], self.capacity)
-        actual = (config.n_layer, config.n_kv_head, config.head_dim, config.block_size)
+        expected = (self.arch, self.n_layer, self.shape[1], self.shape[3], self.capacity)
+        actual = (config.arch, config.n_layer, config.kv_heads, config.head_dim,
+                  config.block_size)
         if expected != actual:
-            raise ValueError(f"{where}: the kv_cache was made for n_layer, n_kv_head, "
+            raise ValueError(f"{where}: the kv_cache was made for arch, n_layer, n_kv_head, "
                              f"head_dim, block_size = {expected}, the model has {actual}")
         if batch != self.batch_size:
             raise ValueError(f"{where}: the kv_cache holds {self.batch_size} sequences, "

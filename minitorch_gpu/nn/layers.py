@@ -1,5 +1,5 @@
-"""The layers of a GPT: Linear, Embedding, LayerNorm, Dropout, GELU, the attention core and
-the loss (and ReLU, Tanh, Identity, for the small models people build first).
+"""The layers of a GPT and a Llama: Linear, Embedding, LayerNorm, RMSNorm, Dropout, GELU,
+SwiGLU, the attention core and the loss (and ReLU, Tanh, Identity, for the small models people build first).
 
 Each owns its parameters and calls one fused op of the core (``minitorch_gpu.functional``);
 none touches the array module itself. Shapes and default initialisations follow PyTorch.

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-__all__ = ["ARCHS", "GPTConfig", "LlamaConfig", "REQUIRED_KEYS", "llama_ffn_hidden"]
+__all__ = ["ARCHS", "GPTConfig", "LlamaConfig", "REQUIRED_KEYS", "check_arch_fields",
+           "llama_ffn_hidden"]
 
 # the keys every checkpoint's model_config has had, since before the Llama fields
 REQUIRED_KEYS = ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
@@ -23,6 +24,52 @@ def llama_ffn_hidden(n_embd: int, multiple_of: int = 64) -> int:
     """Llama's SwiGLU width: 8/3 of ``n_embd`` (two thirds of the 4x MLP, as the gate adds a
     third matrix: the same parameters), rounded up to a multiple of ``multiple_of``."""
     return -(-(8 * n_embd // 3) // multiple_of) * multiple_of
+
+
+def check_arch_fields(c: Any, fail: Callable[[str, str], None],
+                      vocab_optional: bool = False) -> None:
+    """The rules of a model's shape, on GPTConfig's fields of ``c`` before the arch's
+    defaults are filled in (a GPTConfig, or a run config's model section, whose None means
+    the default): ``fail(key, message)`` is called at the first broken rule and must
+    raise. GPTConfig raises ValueError, the run config a ConfigError naming model.KEY
+    (``vocab_optional``: its vocab_size may be null, the tokenizer's)."""
+    def positive_int(key: str, value: Any, optional: bool = False) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            fail(key, f"must be a positive int{' or null' if optional else ''}, got {value!r}")
+
+    if c.arch not in ARCHS:
+        fail("arch", f"must be one of {', '.join(ARCHS)}, got {c.arch!r}")
+    llama = c.arch == "llama"
+    for key in ("block_size", "n_layer", "n_head", "n_embd", "ffn_multiple_of"):
+        positive_int(key, getattr(c, key))
+    positive_int("vocab_size", c.vocab_size, optional=vocab_optional)
+    for key in ("n_kv_head", "ffn_hidden"):
+        positive_int(key, getattr(c, key), optional=True)
+    if c.n_embd % c.n_head:
+        fail("n_embd", f"({c.n_embd}) must be divisible by n_head ({c.n_head})")
+    for key in ("rope_theta", "norm_eps"):
+        value = getattr(c, key)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+                not 0 < value < float("inf"):
+            fail(key, f"must be a positive number, got {value!r}")
+    if not llama:  # Llama's fields, left unset, so a misspelt arch cannot silently drop them
+        if c.n_kv_head not in (None, c.n_head):
+            fail("n_kv_head", f"({c.n_kv_head}) must be null (or n_head, {c.n_head}) under "
+                              f"arch gpt2: grouped-query attention is a llama field")
+        defaults = {"ffn_hidden": None, "rope_theta": 10000.0, "ffn_multiple_of": 64}
+        for key, default in defaults.items():
+            if getattr(c, key) != default:
+                fail(key, f"must be {default!r} under arch gpt2 (a llama field), got "
+                          f"{getattr(c, key)!r}")
+        return
+    if c.n_kv_head is not None and c.n_head % c.n_kv_head:
+        fail("n_kv_head", f"({c.n_kv_head}) must divide n_head ({c.n_head}): each key/value "
+                          f"head serves an equal group of query heads")
+    if (c.n_embd // c.n_head) % 2:
+        fail("n_embd", f"// n_head, the head size {c.n_embd // c.n_head}, must be even for "
+                       f"rotary positions")
 
 
 @dataclass
@@ -47,50 +94,37 @@ class GPTConfig:
     tie_embeddings: Optional[bool] = None  # lm_head shares the token embedding; None: the arch's (gpt2 yes, llama no)
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHS:
-            raise ValueError(f"GPTConfig: arch must be one of {', '.join(ARCHS)}, got "
-                             f"{self.arch!r}")
+        def fail(key: str, message: str) -> None:
+            raise ValueError(f"GPTConfig: {key} {message}")
+
+        check_arch_fields(self, fail)
         llama = self.arch == "llama"
         if self.bias is None:
             self.bias = not llama
         if self.tie_embeddings is None:
             self.tie_embeddings = not llama
-        if self.n_kv_head is None:
-            self.n_kv_head = self.n_head if isinstance(self.n_head, int) else None
-        if llama and self.ffn_hidden is None and isinstance(self.n_embd, int) and \
-                isinstance(self.ffn_multiple_of, int) and self.ffn_multiple_of >= 1:
+        if llama and self.n_kv_head is None:
+            self.n_kv_head = self.n_head
+        if not llama and self.n_kv_head == self.n_head:
+            self.n_kv_head = None  # gpt2 stores no head count of its own: replace() keeps working
+        if llama and self.ffn_hidden is None:
             self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.ffn_multiple_of)
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type in ("int", int, "Optional[int]") and value is not None:
-                if not isinstance(value, numbers.Integral) or isinstance(value, bool) \
-                        or value < 1:
-                    raise ValueError(f"GPTConfig: {f.name} must be a positive int, got {value!r}")
+            if f.type in ("int", "Optional[int]") and value is not None:
                 setattr(self, f.name, int(value))  # NumPy integers become Python ints
-        if self.n_embd % self.n_head:
-            raise ValueError(f"GPTConfig: n_embd ({self.n_embd}) must be divisible by n_head "
-                             f"({self.n_head})")
-        if self.n_head % self.n_kv_head:
-            raise ValueError(f"GPTConfig: n_head ({self.n_head}) must be a multiple of "
-                             f"n_kv_head ({self.n_kv_head})")
-        if not llama and self.n_kv_head != self.n_head:
-            raise ValueError(f"GPTConfig: n_kv_head ({self.n_kv_head}) differs from n_head "
-                             f"({self.n_head}), which only arch llama supports")
-        if llama and (self.n_embd // self.n_head) % 2:
-            raise ValueError(f"GPTConfig: the head size n_embd // n_head = "
-                             f"{self.n_embd // self.n_head} must be even for rotary positions")
-        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GPTConfig: dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or \
+                not 0.0 <= self.dropout < 1.0:
+            fail("dropout", f"must be in [0, 1), got {self.dropout!r}")
         for name in ("bias", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"GPTConfig: {name} must be true or false, got "
-                                 f"{getattr(self, name)!r}")
-        for name in ("rope_theta", "norm_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    not 0 < value < float("inf"):
-                raise ValueError(f"GPTConfig: {name} must be a positive number, got {value!r}")
-            setattr(self, name, float(value))
+                fail(name, f"must be true or false, got {getattr(self, name)!r}")
+        self.rope_theta, self.norm_eps = float(self.rope_theta), float(self.norm_eps)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per layer: n_kv_head for a Llama, n_head for a GPT-2."""
+        return self.n_kv_head or self.n_head
 
     @property
     def head_dim(self) -> int:
@@ -107,7 +141,7 @@ class GPTConfig:
             got = sorted(shape) if isinstance(shape, dict) else repr(shape)
             raise ValueError(f"model_config has keys {got}, expected {sorted(REQUIRED_KEYS)} "
                              f"and any of {sorted(expected - set(REQUIRED_KEYS))}")
-        return GPTConfig(**shape)
+        return cls(**shape)
 
 
 @dataclass

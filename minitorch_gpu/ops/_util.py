@@ -133,6 +133,11 @@ def untracked_binary(ufunc: str, a: Any, b: Any) -> Tensor:
     return Tensor._make(xp.asarray(out), backend, False)
 
 
+def work_dtype(x: Any) -> Any:
+    """The dtype to compute ``x`` in: float32 for bf16/fp16, else its own (``widened``'s)."""
+    return dtypes.float32 if x.dtype in dtypes.NARROW_FLOATS else x.dtype
+
+
 def widened(x: Any) -> Any:
     """``x`` in float32 when it is bf16/fp16 (the dtype to compute in, as PyTorch's "opmath"
     does), else ``x`` itself. Results are rounded back to the input's dtype by the op."""

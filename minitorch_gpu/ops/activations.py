@@ -14,10 +14,9 @@ import math
 from typing import Any
 
 from ..autograd import Function
-from ..backend import dtypes
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
-from ._util import require_float, require_tensor, sigmoid_into, widened
+from ._util import require_float, require_tensor, sigmoid_into, widened, work_dtype
 from .promotion import float_input, promote_operands
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -215,11 +214,6 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002 - torch'
     return Silu.apply(_float_activation(input, "silu"))
 
 
-def _work_dtype(x: Any) -> Any:
-    """The dtype to compute ``x`` in: float32 for bf16/fp16, else its own."""
-    return dtypes.float32 if x.dtype in dtypes.NARROW_FLOATS else x.dtype
-
-
 class SwiGLU(Function):
     """silu(gate) * up, Llama's MLP activation, as one node. Forward saves gate, up and
     s = sigmoid(gate) (as the other activations save their local derivative: the one
@@ -240,7 +234,7 @@ class SwiGLU(Function):
             ctx.save_for_backward(gate, up, None)
             return ctx.kernels.swiglu_forward(gate, up)
         xp = ctx.xp
-        out = xp.empty(gate.shape, dtype=_work_dtype(gate))  # (a 0-d result stays an array)
+        out = xp.empty(gate.shape, dtype=work_dtype(gate))  # (a 0-d result stays an array)
         sig = xp.empty_like(out)
 
         def rows(r: Any) -> None:  # on every core for long inputs (backend/threads.py)

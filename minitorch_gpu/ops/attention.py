@@ -18,11 +18,12 @@ head transposes, no copies, one node instead of a dozen.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Optional
 
 import numpy as np
 
-from ..autograd import Function
+from ..autograd import Function, is_grad_enabled
 from ..backend import dtypes
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
@@ -388,17 +389,9 @@ class CachedCausalAttention(Function):
 
     @staticmethod
     def forward(ctx, qkv, keys, values, start, n_head):
-        T = qkv.shape[1]
-        _, k, v = _heads(qkv, n_head, 3)  # (B, nh, T, hs) views
-        end = start + T
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        mask = None
-        if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
-            mask = ctx.xp.tri(T, end, start, dtype=bool)
-        out, _ = _attend_packed(ctx, qkv, keys[:, :, :end], values[:, :, :end], n_head, mask,
-                                start == 0, 0.0)  # keys, values: (B, nh, end, hs) views
-        return out  # (B, T, C)
+        C = qkv.shape[2] // 3  # q, k, v: column views of the packed projection
+        return _attend_cached(ctx, qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:], keys,
+                              values, start, n_head)  # (B, T, C)
 
     @staticmethod
     def backward(ctx, grad):
@@ -478,22 +471,33 @@ class GroupedCausalAttention(Function):
 
 def _check_grouped(where: str, q: Tensor, k: Tensor, v: Tensor, n_head: int,
                    n_kv_head: int) -> None:
+    """ValueError/TypeError naming the argument unless q is (B, T, n_head * hs) and k, v
+    are (B, S, n_kv_head * hs) with n_kv_head dividing n_head."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         require_tensor(t, where, name)
         require_float(t, where, name)
-    if not (isinstance(n_head, int) and isinstance(n_kv_head, int) and n_kv_head >= 1 and
-            n_head >= 1 and n_head % n_kv_head == 0):
-        raise ValueError(f"{where}: n_head ({n_head!r}) must be a positive multiple of "
-                         f"n_kv_head ({n_kv_head!r})")
+    for name, n in (("n_head", n_head), ("n_kv_head", n_kv_head)):
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"{where}: {name} must be a positive int, got {n!r}")
+    if n_head % n_kv_head:
+        raise ValueError(f"{where}: n_kv_head ({n_kv_head}) must divide n_head ({n_head})")
     if q.ndim != 3 or q.shape[2] % n_head:
         raise ValueError(f"{where}: expected q (B, T, n_head * head_dim) with n_head = "
                          f"{n_head}, got shape {tuple(q.shape)}")
-    kv_shape = (q.shape[0], k.shape[1] if k.ndim == 3 else -1,
-                q.shape[2] // n_head * n_kv_head)
+    width = q.shape[2] // n_head * n_kv_head
     for name, t in (("k", k), ("v", v)):
-        if tuple(t.shape) != kv_shape or t.ndim != 3:
-            raise ValueError(f"{where}: expected {name} (B, T, n_kv_head * head_dim) = "
-                             f"{kv_shape} beside q {tuple(q.shape)}, got {tuple(t.shape)}")
+        if t.ndim != 3 or t.shape[0] != q.shape[0] or t.shape[2] != width:
+            raise ValueError(f"{where}: expected {name} (B, S, n_kv_head * head_dim) = "
+                             f"({q.shape[0]}, S, {width}) beside q {tuple(q.shape)}, got "
+                             f"{tuple(t.shape)}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"{where}: k and v have {k.shape[1]} and {v.shape[1]} positions")
+
+
+def _check_dropout(where: str, dropout_p: Any) -> None:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or \
+            not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{where}: dropout_p must be a number in [0, 1), got {dropout_p!r}")
 
 
 def grouped_causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, n_kv_head: int,
@@ -508,11 +512,33 @@ def grouped_causal_attention(q: Tensor, k: Tensor, v: Tensor, n_head: int, n_kv_
     if q.shape[1] != k.shape[1]:
         raise ValueError(f"grouped_causal_attention: q has {q.shape[1]} positions, k and v "
                          f"{k.shape[1]} (self-attention: the same positions)")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"grouped_causal_attention: dropout_p must be in [0, 1), got "
-                         f"{dropout_p}")
+    _check_dropout("grouped_causal_attention", dropout_p)
     q, k, v = autocast_lower(q, k, v)
-    return GroupedCausalAttention.apply(q, k, v, n_head, n_kv_head, float(dropout_p))
+    return GroupedCausalAttention.apply(q, k, v, int(n_head), int(n_kv_head),
+                                        float(dropout_p))
+
+
+def _attend_cached(ctx, q, k, v, keys, values, start, n_head):
+    """The forward of both cached ops, on raw arrays: the T new positions' keys and values
+    k, v (B, T, n_kv_head * hs) written into the cache buffers (B, n_kv_head, capacity, hs)
+    at start .. start + T, then their queries q (B, T, n_head * hs) over every cached
+    position, each query head reading its group's key/value head in place. Returns
+    (B, T, n_head * hs), heads side by side."""
+    n_kv_head = keys.shape[1]
+    group = n_head // n_kv_head
+    T = q.shape[1]
+    end = start + T
+    keys[:, :, start:end] = _grouped_heads(k, n_kv_head, 1)[:, :, 0]
+    values[:, :, start:end] = _grouped_heads(v, n_kv_head, 1)[:, :, 0]
+    mask = None
+    if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
+        mask = ctx.xp.tri(T, end, start, dtype=bool)
+    out = ctx.xp.empty(q.shape, dtype=q.dtype)
+    scale = 1.0 / math.sqrt(q.shape[2] // n_head)
+    _attend(ctx, _grouped_heads(q, n_kv_head, group), keys[:, :, None, :end],
+            values[:, :, None, :end], mask, start == 0, scale, 0.0,
+            out=_grouped_heads(out, n_kv_head, group))
+    return out
 
 
 class CachedGroupedAttention(Function):
@@ -523,21 +549,7 @@ class CachedGroupedAttention(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, keys, values, start, n_head):
-        n_kv_head = keys.shape[1]
-        group = n_head // n_kv_head
-        T = q.shape[1]
-        end = start + T
-        keys[:, :, start:end] = _grouped_heads(k, n_kv_head, 1)[:, :, 0]
-        values[:, :, start:end] = _grouped_heads(v, n_kv_head, 1)[:, :, 0]
-        mask = None
-        if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
-            mask = ctx.xp.tri(T, end, start, dtype=bool)
-        out = ctx.xp.empty(q.shape, dtype=q.dtype)
-        scale = 1.0 / math.sqrt(q.shape[2] // n_head)
-        _attend(ctx, _grouped_heads(q, n_kv_head, group), keys[:, :, None, :end],
-                values[:, :, None, :end], mask, start == 0, scale, 0.0,
-                out=_grouped_heads(out, n_kv_head, group))
-        return out  # (B, T, n_head * hs)
+        return _attend_cached(ctx, q, k, v, keys, values, start, n_head)
 
     @staticmethod
     def backward(ctx, grad):
@@ -551,6 +563,28 @@ def cached_grouped_attention(q: Tensor, k: Tensor, v: Tensor, keys: Tensor, valu
     cached positions and themselves, appending their k, v (B, T, n_kv_head * hs) to
     ``keys``/``values`` (B, n_kv_head, capacity, hs) in place: (B, T, n_head * hs). For
     ``KVCache``; no gradient."""
-    _check_grouped("cached_grouped_attention", q, k, v, n_head, keys.shape[1])
+    where = "cached_grouped_attention"
+    for name, t in (("keys", keys), ("values", values)):
+        require_tensor(t, where, name)
+        if t.ndim != 4:
+            raise ValueError(f"{where}: expected {name} (B, n_kv_head, capacity, head_dim), got "
+                             f"shape {tuple(t.shape)}")
+    _check_grouped(where, q, k, v, n_head, keys.shape[1])
+    B, T = q.shape[:2]
+    wanted = (B, keys.shape[1], keys.shape[2], q.shape[2] // n_head)
+    for name, t in (("keys", keys), ("values", values)):
+        if tuple(t.shape) != wanted or t.dtype != keys.dtype:
+            raise ValueError(f"{where}: expected {name} of shape (B, n_kv_head, capacity, "
+                             f"head_dim) = {wanted} and keys' dtype, got {tuple(t.shape)} "
+                             f"{t.dtype}")
+    if k.shape[1] != T:
+        raise ValueError(f"{where}: q has {T} new positions, k and v {k.shape[1]}")
+    if isinstance(start, bool) or not isinstance(start, numbers.Integral) or \
+            not 0 <= start <= keys.shape[2] - T:
+        raise ValueError(f"{where}: start must be an int in [0, capacity - T] = [0, "
+                         f"{keys.shape[2] - T}] ({T} new positions, capacity "
+                         f"{keys.shape[2]}), got {start!r}")
+    if is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise RuntimeError(f"{where}: a KV cache is for inference; run under no_grad()")
     q, k, v = autocast_lower(q, k, v)
     return CachedGroupedAttention.apply(q, k, v, keys, values, int(start), int(n_head))

@@ -35,7 +35,7 @@ from ..autograd import Function
 from ..backend import dtypes, get_backend
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
-from ._util import require_float, require_tensor, widened
+from ._util import require_float, require_tensor, widened, work_dtype
 
 
 def _positions(positions_or_length: Any, start: int) -> np.ndarray:
@@ -135,7 +135,7 @@ def _rotate(xp: Any, x: Any, cos: Any, sin: Any, inverse: bool) -> Any:
     whole heads (inner loops of D, not D/2, which halves the cost at Llama's head sizes),
     and the final add is one contiguous pass. x is read where it lies (any strides); long
     inputs are split over the cores."""
-    work = dtypes.float32 if x.dtype in dtypes.NARROW_FLOATS else x.dtype
+    work = work_dtype(x)
     h = x.shape[-1] // 2
     c = cos.astype(work, copy=False)
     s = sin.astype(work, copy=False)
