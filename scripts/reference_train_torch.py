@@ -1,12 +1,13 @@
-"""Train the same GPT on the same batches in PyTorch eager: a reference for the trainer.
+"""Train the same model on the same batches in PyTorch eager: a reference for the trainer.
 
     pip install torch==2.13.0    # development only; never a dependency
     python scripts/reference_train_torch.py configs/shakespeare_char.yaml \\
         --set data.path=../shared/data/tinyshakespeare.txt
 
 It reads the config as ``minitorch-gpu train`` does, prepares the same tokens, builds our
-GPT for its initial weights and loads them into a GPT-2 written here in torch (nanoGPT's
-parameter names), then trains with torch.optim.AdamW under nanoGPT's parameter groups,
+model for its initial weights and loads them into its twin written in torch
+(``torch_reference``: a GPT-2 with nanoGPT's parameter names, or for ``model.arch: llama``
+a Llama with Hugging Face's), then trains with torch.optim.AdamW under nanoGPT's parameter groups,
 warm-up + cosine schedule and clipping, drawing the very batches our trainer draws (the
 same BatchSampler and seed). At the end it scores the whole val split in windows of
 block_size, as ``scripts/eval_val_loss.py`` does for our checkpoints. With identical data,
@@ -22,10 +23,10 @@ import torch
 import minitorch_gpu as mt
 from minitorch_gpu.config import load_config
 from minitorch_gpu.data import BatchSampler, consecutive_windows, prepare
-from minitorch_gpu.nn import GPT
+from minitorch_gpu.nn import model_for
 from minitorch_gpu.optim import cosine_lr
 from minitorch_gpu.model_from_config import gpt_config
-from minitorch_gpu.torch_reference import TorchGPT, to_torch, torch_adamw
+from minitorch_gpu.torch_reference import TorchGPT, TorchLlama, to_torch, torch_adamw
 
 
 def main() -> None:
@@ -39,8 +40,8 @@ def main() -> None:
     m, t = cfg.model, cfg.train
     data = prepare(cfg.data, log=lambda _: None)
     mt.manual_seed(cfg.system.seed)
-    ours = GPT(gpt_config(m, data.tokenizer.vocab_size))  # the trainer's initial weights
-    model = TorchGPT.from_ours(ours)
+    ours = model_for(gpt_config(m, data.tokenizer.vocab_size))  # the trainer's initial weights
+    model = (TorchLlama if ours.config.arch == "llama" else TorchGPT).from_ours(ours)
     optimizer = torch_adamw(model, t.weight_decay, t.lr, (t.beta1, t.beta2), t.eps)
     sampler = BatchSampler(data.train_tokens(), m.block_size, t.batch_size, cfg.system.seed)
     decay_iters = t.max_iters if t.lr_decay_iters is None else t.lr_decay_iters
