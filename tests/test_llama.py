@@ -147,8 +147,8 @@ def test_config_rejects_impossible_llama_shapes(changes, message):
 @pytest.mark.parametrize("build, config, message", [
     (nn.GPT, lambda: config_of(dict(n_head=4)), "GPT: expected a GPTConfig of arch 'gpt2', "
                                                 "got arch 'llama'"),
-    (nn.Llama, lambda: nn.GPTConfig(), "Llama: expected a GPTConfig of arch 'llama' "
-                                       r"\(LlamaConfig\), got arch 'gpt2'"),
+    (nn.Llama, lambda: nn.GPTConfig(), "Llama: expected a GPTConfig of arch 'llama', got "
+                                       "arch 'gpt2'"),
     (nn.Llama, lambda: dict(BASE, n_head=4), "got dict"),
 ])
 def test_each_model_refuses_the_other_arch(build, config, message):
@@ -231,3 +231,23 @@ def test_a_llama_under_bf16_autocast_stays_close_to_float32(changes):
     assert float(loss16) == pytest.approx(float(loss32), rel=2e-2)
     error = np.abs(host(logits16.float()) - host(logits32)).max()
     assert error < 0.05 * np.abs(host(logits32)).max(), error
+
+
+def test_crop_block_size_changes_only_the_limit():
+    """A Llama has no position table: cropping its context keeps every weight and the
+    logits of the positions that still fit, and refuses longer inputs."""
+    model = nn.Llama(config_of(SHAPES["gqa"]))
+    idx = random_ids((2, 5))
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    with mt.no_grad():
+        full, _ = model(idx, all_logits=True)
+        model.crop_block_size(5)
+        cropped, _ = model(idx, all_logits=True)
+    assert model.config.block_size == 5
+    np.testing.assert_array_equal(cropped.numpy(), full.numpy())
+    for key, value in model.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), before[key])
+    with pytest.raises(ValueError, match="block size is 5"):
+        model(random_ids((1, 6)))
+    with pytest.raises(ValueError, match=r"crop_block_size: block_size must be an int in \[1, 5\]"):
+        model.crop_block_size(6)

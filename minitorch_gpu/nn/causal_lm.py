@@ -6,6 +6,7 @@ sample with ``model.generate``.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator, Optional, Tuple
 
 from ..autograd import is_grad_enabled, no_grad
@@ -67,6 +68,19 @@ class CausalLM(Module):
     hidden states (B, T, C) of positions start .. start + T - 1."""
 
     config: GPTConfig
+    arch: str  # the config.arch the subclass builds
+
+    def _own_config(self, config: GPTConfig) -> GPTConfig:
+        """``self.config``, a copy of ``config`` (crop_block_size edits it); TypeError
+        unless it is a GPTConfig of this class's arch."""
+        name = type(self).__name__
+        if not isinstance(config, GPTConfig) or config.arch != self.arch:
+            what = f"arch {config.arch!r}" if isinstance(config, GPTConfig) else \
+                type(config).__name__
+            raise TypeError(f"{name}: expected a GPTConfig of arch {self.arch!r}, got {what} "
+                            f"(nn.model_for picks the class by config.arch)")
+        self.config = replace(config)
+        return self.config
 
     # --- forward ------------------------------------------------------------------------
     def forward(self, idx: Tensor, targets: Optional[Tensor] = None, *,
@@ -111,6 +125,19 @@ class CausalLM(Module):
 
     def _hidden(self, idx: Tensor, start: int, kv_cache: Optional[KVCache]) -> Tensor:
         raise NotImplementedError
+
+    def crop_block_size(self, block_size: int) -> None:
+        """Shrink the context to ``block_size`` positions, as nanoGPT does to fine-tune a
+        checkpoint on shorter sequences: a GPT keeps the first rows of its position table;
+        a Llama has none (its positions are computed), so only the limit changes."""
+        if not isinstance(block_size, int) or not 1 <= block_size <= self.config.block_size:
+            raise ValueError(f"crop_block_size: block_size must be an int in [1, "
+                             f"{self.config.block_size}], got {block_size!r}")
+        self._crop(block_size)
+        self.config.block_size = block_size
+
+    def _crop(self, block_size: int) -> None:
+        """What a model keeps of its arrays when its context shrinks (nothing by default)."""
 
     def _check_ids(self, ids: Tensor, name: str) -> None:
         where = f"{type(self).__name__}.forward"

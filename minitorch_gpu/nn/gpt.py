@@ -8,7 +8,6 @@ token costs one position of work.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Optional
 
 from ..creation import arange
@@ -95,14 +94,11 @@ class GPT(CausalLM):
     >>> out = model.generate(idx[:, :8], max_new_tokens=50, temperature=0.8, top_k=20)
     """
 
+    arch = "gpt2"
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        if not isinstance(config, GPTConfig) or config.arch != "gpt2":
-            what = f"arch {config.arch!r}" if isinstance(config, GPTConfig) else \
-                type(config).__name__
-            raise TypeError(f"GPT: expected a GPTConfig of arch 'gpt2', got {what} (nn.Llama "
-                            f"builds arch 'llama'; nn.model_for picks the class)")
-        self.config = config = replace(config)  # our own copy: crop_block_size edits it
+        config = self._own_config(config)
         self.transformer = ModuleDict(dict(
             wte=Embedding(config.vocab_size, config.n_embd),
             wpe=Embedding(config.block_size, config.n_embd),
@@ -143,13 +139,9 @@ class GPT(CausalLM):
         tr = self.transformer
         return [tr.wpe.weight] + ([] if self.config.tie_embeddings else [tr.wte.weight])
 
-    def crop_block_size(self, block_size: int) -> None:
-        """Shrink the context to ``block_size`` positions (keeping the first rows of the
-        position table), as nanoGPT does to fine-tune a checkpoint on shorter sequences."""
-        if not isinstance(block_size, int) or not 1 <= block_size <= self.config.block_size:
-            raise ValueError(f"crop_block_size: block_size must be an int in [1, "
-                             f"{self.config.block_size}], got {block_size!r}")
+    def _crop(self, block_size: int) -> None:
+        """crop_block_size's part for GPT: the first ``block_size`` rows of the position
+        table are kept."""
         wpe = self.transformer.wpe
         wpe.weight = Parameter(wpe.weight[:block_size].contiguous())
         wpe.num_embeddings = block_size
-        self.config.block_size = block_size

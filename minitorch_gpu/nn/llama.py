@@ -17,7 +17,6 @@ layout), ``swiglu`` and ``grouped_causal_attention`` (no key or value repeated).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Optional, Tuple
 
 from ..backend import dtypes
@@ -144,14 +143,11 @@ class Llama(CausalLM):
     ``initializer_range``, with GPT-2's 1/sqrt(2 n_layer) on the two projections that
     write to the residual stream (o_proj, down_proj); RMSNorm gains at one."""
 
+    arch = "llama"
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        if not isinstance(config, GPTConfig) or config.arch != "llama":
-            what = f"arch {config.arch!r}" if isinstance(config, GPTConfig) else \
-                type(config).__name__
-            raise TypeError(f"Llama: expected a GPTConfig of arch 'llama' (LlamaConfig), got "
-                            f"{what}")
-        self.config = config = replace(config)
+        config = self._own_config(config)
         self.rotary_tables = RotaryTables(config.head_dim, config.block_size, config.rope_theta)
         self.model = ModuleDict(dict(
             embed_tokens=Embedding(config.vocab_size, config.n_embd),
@@ -182,11 +178,3 @@ class Llama(CausalLM):
 
     def _lookup_tables(self) -> list:
         return [] if self.config.tie_embeddings else [self.model.embed_tokens.weight]
-
-    def crop_block_size(self, block_size: int) -> None:
-        """Shrink the context to ``block_size`` positions (no table to cut: rotary positions
-        are computed, so only the limit changes)."""
-        if not isinstance(block_size, int) or not 1 <= block_size <= self.config.block_size:
-            raise ValueError(f"crop_block_size: block_size must be an int in [1, "
-                             f"{self.config.block_size}], got {block_size!r}")
-        self.config.block_size = block_size
