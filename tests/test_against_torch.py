@@ -50,10 +50,10 @@ def test_logits_loss_and_every_gradient_match_pytorch(pair):
                                    atol=1e-12, err_msg=name)
 
 
-def test_three_adamw_steps_match_pytorch(pair):
-    ours, theirs, idx, targets = pair
+def three_adamw_steps(ours, theirs, idx, targets) -> dict:
+    """Three AdamW steps of both models under the same groups and settings (nanoGPT's
+    weight decay on 2-D weights only); theirs' parameters by name, to compare with ours."""
     opt = ours.configure_optimizers(weight_decay=0.1, learning_rate=1e-2, betas=(0.9, 0.95))
-    t_params = dict(theirs.named_parameters())
     t_opt = torch_adamw(theirs, weight_decay=0.1, lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
     for _ in range(3):
         opt.zero_grad()
@@ -62,6 +62,12 @@ def test_three_adamw_steps_match_pytorch(pair):
         t_opt.zero_grad()
         theirs(torch.from_numpy(idx), torch.from_numpy(targets))[1].backward()
         t_opt.step()
+    return dict(theirs.named_parameters())
+
+
+def test_three_adamw_steps_match_pytorch(pair):
+    ours, theirs, idx, targets = pair
+    t_params = three_adamw_steps(ours, theirs, idx, targets)
     for name, p in ours.named_parameters():
         np.testing.assert_allclose(p.detach().numpy(), t_params[name].detach().numpy(),
                                    rtol=1e-9, atol=1e-12, err_msg=name)
@@ -128,15 +134,6 @@ def test_three_adamw_steps_of_a_llama_match_pytorch(changes):
     ours = random_llama(changes, mt.float64)
     theirs = TorchLlama.from_ours(ours)
     idx, targets = batch()
-    opt = ours.configure_optimizers(weight_decay=0.1, learning_rate=1e-2, betas=(0.9, 0.95))
-    t_params = dict(theirs.named_parameters())
-    t_opt = torch_adamw(theirs, weight_decay=0.1, lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
-    for _ in range(3):
-        opt.zero_grad()
-        ours(mt.tensor(idx), mt.tensor(targets))[1].backward()
-        opt.step()
-        t_opt.zero_grad()
-        theirs(torch.from_numpy(idx), torch.from_numpy(targets))[1].backward()
-        t_opt.step()
+    t_params = three_adamw_steps(ours, theirs, idx, targets)
     for name, p in ours.named_parameters():
         assert_close(p.detach().numpy(), t_params[name].detach().numpy(), 1e-9, err_msg=name)
