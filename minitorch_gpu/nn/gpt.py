@@ -11,7 +11,7 @@ import math
 from typing import Optional
 
 from ..creation import arange
-from ..ops.attention import cached_causal_attention
+from ..ops.attention_heads import cached_causal_attention
 from ..tensor import Tensor
 from . import init
 from .causal_lm import CausalLM, KVCache

@@ -20,7 +20,7 @@ import math
 from typing import Optional, Tuple
 
 from ..backend import dtypes
-from ..ops.attention import cached_grouped_attention, grouped_causal_attention
+from ..ops.attention_heads import cached_grouped_attention, grouped_causal_attention
 from ..ops.rotary import RotaryTables, apply_rotary
 from ..tensor import Tensor
 from . import init

@@ -31,8 +31,9 @@ from .loss import (binary_cross_entropy, binary_cross_entropy_with_logits, cross
                    nll_loss)
 from .embedding import embedding
 from .dropout import dropout
-from .attention import (cached_grouped_attention, grouped_causal_attention,
-                        packed_causal_attention, scaled_dot_product_attention)
+from .attention import scaled_dot_product_attention
+from .attention_heads import (cached_grouped_attention, grouped_causal_attention,
+                              packed_causal_attention)
 from .rotary import apply_rotary, rotary_tables
 from .activations import swiglu
 
