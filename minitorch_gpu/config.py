@@ -43,9 +43,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig(GPTConfig):
-    """The model's shape: GPTConfig's fields (commented in nn/lm_config.py; ``arch: llama``
-    and its fields build a Llama), with the defaults of a small model that trains in
-    minutes on a CPU, and the vocabulary left to the tokenizer."""
+    """GPTConfig's fields (nn/lm_config.py), defaults for a small CPU model; vocab: the data's."""
 
     block_size: int = 64  # these four: GPTConfig's fields, only their defaults differ
     n_layer: int = 4
@@ -352,13 +350,9 @@ def _check(condition: bool, key: str, expected: str, actual: Any) -> None:
         raise ConfigError(f"config key '{key}': expected {expected}, got {actual!r}")
 
 
-def _validate_arch(m: ModelConfig) -> None:
-    """GPTConfig's rules of a model's shape (``check_arch_fields``), each broken one a
-    ConfigError naming model.KEY."""
-    def fail(key: str, message: str) -> None:
-        raise ConfigError(f"config key 'model.{key}': {key} {message}")
-
-    check_arch_fields(m, fail, vocab_optional=True)
+def _model_key_error(key: str, message: str) -> None:
+    """A broken rule of the model's shape (nn/lm_config.check_arch_fields), naming model.KEY."""
+    raise ConfigError(f"config key 'model.{key}': {key} {message}")
 
 
 def validate(cfg: Config) -> None:
@@ -373,13 +367,8 @@ def validate(cfg: Config) -> None:
     m, d, t, e, s = cfg.model, cfg.data, cfg.train, cfg.eval, cfg.system
     for key in ("n_layer", "n_head", "n_embd", "block_size", "pad_vocab_to"):
         _check(getattr(m, key) >= 1, f"model.{key}", "an int >= 1", getattr(m, key))
-    if m.n_embd % m.n_head:
-        raise ConfigError(f"config key 'model.n_embd': n_embd ({m.n_embd}) must be divisible "
-                          f"by model.n_head ({m.n_head})")
-    _validate_arch(m)
+    check_arch_fields(m, _model_key_error, vocab_optional=True)  # GPTConfig's rules
     _check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
-    _check(m.vocab_size is None or m.vocab_size >= 1, "model.vocab_size", "an int >= 1 or null",
-           m.vocab_size)
     _check(d.max_chars is None or d.max_chars >= 1, "data.max_chars", "an int >= 1 or null",
            d.max_chars)
     _check(d.vocab_size >= 257 or d.tokenizer != "bpe", "data.vocab_size",

@@ -311,13 +311,12 @@ class Trainer:
                 except RuntimeError as exc:  # installed, yet it does not import
                     raise TrainingError(str(exc)) from None
         mc = self.model_config
-        shape = f"n_layer {mc.n_layer}, n_head {mc.n_head}, "
-        if mc.arch == "llama":
-            shape += f"n_kv_head {mc.n_kv_head}, ffn_hidden {mc.ffn_hidden}, "
+        llama = (f"n_kv_head {mc.n_kv_head}, ffn_hidden {mc.ffn_hidden}, "
+                 if mc.arch == "llama" else "")
         self.log(f"model: {type(self.model).__name__} with {self.model.num_parameters():,} "
-                 f"parameters, {self.model.num_params():,} without lookup tables ({shape}"
-                 f"n_embd {mc.n_embd}, block_size {mc.block_size}, vocab {mc.vocab_size}), "
-                 f"{cfg.system.dtype} on {self.device}")
+                 f"parameters, {self.model.num_params():,} without lookup tables (n_layer "
+                 f"{mc.n_layer}, n_head {mc.n_head}, {llama}n_embd {mc.n_embd}, block_size "
+                 f"{mc.block_size}, vocab {mc.vocab_size}), {cfg.system.dtype} on {self.device}")
         ranks = f" x {group.world_size} ranks" if group.world_size > 1 else ""
         self.log(f"training: {t.max_iters} iterations of {self.tokens_per_iter:,} tokens "
                  f"(batch {t.batch_size} x {t.grad_accum_steps} accumulation x context "

@@ -63,7 +63,7 @@ def test_override_values_are_yaml(text, expected):
     ({"train": 5}, r"section 'train': expected a mapping"),
     # impossible values
     ({"model": {"n_embd": 130, "n_head": 4}},
-     r"'model.n_embd': n_embd \(130\) must be divisible by model.n_head \(4\)"),
+     r"'model.n_embd': n_embd \(130\) must be divisible by n_head \(4\)"),
     ({"model": {"block_size": 0}}, r"'model.block_size': expected an int >= 1, got 0"),
     ({"train": {"batch_size": 0}}, r"'train.batch_size': expected an int >= 1, got 0"),
     ({"train": {"grad_accum_steps": 0}}, r"'train.grad_accum_steps': expected an int >= 1"),

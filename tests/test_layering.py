@@ -212,3 +212,10 @@ def test_the_join_is_still_what_design_says():
     # The test above would pass vacuously if the join vanished; it is real, and small.
     joined = [c for c in _cycles(GRAPH) if "tensor" in c]
     assert joined and all(_in(name, JOIN) for name in joined[0])
+
+
+def test_no_module_is_over_500_lines():
+    """DESIGN.md's rule: a file that grows past 500 lines holds two ideas; split it."""
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    assert not long, f"modules over 500 lines (split each by idea): {long}"
