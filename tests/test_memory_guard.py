@@ -231,13 +231,23 @@ def test_the_estimate_bounds_the_peak_of_real_training_steps(shape, dtype, dropo
     estimate, and not far below: within a factor of two. (tracemalloc also counts the
     Python objects made meanwhile, a few hundred kB the estimate leaves out: hence 0.9.)"""
     L, H, C, T, V, B = shape
+    peak = _training_peak(nn.GPTConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H,
+                                       n_embd=C, dropout=dropout), B, dtype)
+    estimate = estimate_memory(Workload("train", L, H, C, T, V, batch=B, dtype=dtype,
+                                        dropout=dropout)).total
+    assert 0.9 * peak <= estimate <= 2 * peak, (format_bytes(peak), format_bytes(estimate))
+
+
+def _training_peak(config, B: int, dtype: str) -> int:
+    """tracemalloc's peak of building the model of ``config`` and two AdamW steps on a
+    batch of B random sequences (under bf16 autocast for ``dtype`` bf16)."""
     mt.manual_seed(0)
     rng = np.random.default_rng(0)
-    x, y = (mt.tensor(rng.integers(0, V, (B, T))) for _ in range(2))
+    x, y = (mt.tensor(rng.integers(0, config.vocab_size, (B, config.block_size)))
+            for _ in range(2))
     tracemalloc.start()
     try:
-        model = nn.GPT(nn.GPTConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H,
-                                    n_embd=C, dropout=dropout))
+        model = nn.model_for(config)
         optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
         for _ in range(2):
             with autocast("bf16", enabled=dtype == "bf16"):
@@ -245,12 +255,9 @@ def test_the_estimate_bounds_the_peak_of_real_training_steps(shape, dtype, dropo
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-        _, peak = tracemalloc.get_traced_memory()
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    estimate = estimate_memory(Workload("train", L, H, C, T, V, batch=B, dtype=dtype,
-                                        dropout=dropout)).total
-    assert 0.9 * peak <= estimate <= 2 * peak, (format_bytes(peak), format_bytes(estimate))
 
 
 @pytest.mark.parametrize("shape, dtype, dropout, tie", [
@@ -264,24 +271,9 @@ def test_the_estimate_bounds_the_peak_of_real_llama_training_steps(shape, dtype,
                                                                    tie):
     """As for the GPT: the tracemalloc peak of building a Llama and two AdamW steps."""
     L, H, Hkv, C, T, V, B = shape
-    mt.manual_seed(0)
-    rng = np.random.default_rng(0)
-    x, y = (mt.tensor(rng.integers(0, V, (B, T))) for _ in range(2))
     config = nn.LlamaConfig(block_size=T, vocab_size=V, n_layer=L, n_head=H, n_kv_head=Hkv,
                             n_embd=C, dropout=dropout, tie_embeddings=tie)
-    tracemalloc.start()
-    try:
-        model = nn.Llama(config)
-        optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.99))
-        for _ in range(2):
-            with autocast("bf16", enabled=dtype == "bf16"):
-                _, loss = model(x, y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    peak = _training_peak(config, B, dtype)
     estimate = estimate_memory(workload("train", config, batch=B, dtype=dtype)).total
     assert 0.9 * peak <= estimate <= 2 * peak, (format_bytes(peak), format_bytes(estimate))
 
