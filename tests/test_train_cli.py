@@ -184,7 +184,7 @@ def test_generate_rejects_a_prompt_outside_the_vocabulary(workdir):
 
 @pytest.mark.parametrize("args, message", [
     (["--set", "train.lrr=1"], "unknown config key 'train.lrr'; did you mean 'train.lr'?"),
-    (["--set", "model.n_embd=15"], "n_embd (15) must be divisible by model.n_head (2)"),
+    (["--set", "model.n_embd=15"], "'model.n_embd': n_embd (15) must be divisible by n_head (2)"),
     (["--set", "train.batch_size=0"], "'train.batch_size': expected an int >= 1, got 0"),
     (["--set", "model.block_size=5000"], "fewer than model.block_size + 1"),
     (["--resume"], "no checkpoint to resume"),
