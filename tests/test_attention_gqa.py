@@ -11,6 +11,7 @@ import pytest
 import minitorch_gpu as mt
 import minitorch_gpu.functional as F
 from minitorch_gpu.ops import attention as attention_ops
+from minitorch_gpu.ops.attention_heads import cached_causal_attention
 
 from test_kernel_dispatch import standin  # noqa: F401  (the fixture)
 
@@ -265,3 +266,20 @@ def test_cached_grouped_attention_refuses_grad_mode():
     with pytest.raises(RuntimeError, match="a KV cache is for inference"):
         F.cached_grouped_attention(q, mt.randn(1, 2, 6), mt.randn(1, 2, 6),
                                    mt.zeros(1, 2, 8, 3), mt.zeros(1, 2, 8, 3), 0, 4)
+
+
+@pytest.mark.parametrize("n_head, start, cache_heads, message", [
+    (3, 0, 2, "the cache holds 2 heads, n_head is 3"),
+    (4, 0, 2, "the cache holds 2 heads, n_head is 4"),
+    (5, 0, 2, r"expected qkv \(B, T, 3 \* C\) with C a multiple of n_head = 5"),
+    (2, -1, 2, r"start must be an int in \[0, capacity - T\] = \[0, 1\]"),
+    (2, 2, 2, r"start must be an int in \[0, capacity - T\] = \[0, 1\]"),
+])
+def test_cached_causal_attention_checks_the_cache_before_writing(n_head, start, cache_heads,
+                                                                 message):
+    """GPT's cached op: a head count or a start the cache does not hold is refused, and
+    the cache is left untouched (a wrong n_head used to give wrong numbers silently)."""
+    keys, values = mt.zeros(1, cache_heads, 4, 6), mt.zeros(1, cache_heads, 4, 6)
+    with mt.no_grad(), pytest.raises(ValueError, match=message):
+        cached_causal_attention(mt.randn(1, 3, 36), keys, values, start, n_head)
+    assert not keys.numpy().any() and not values.numpy().any()

@@ -121,7 +121,7 @@ def test_the_llama_case_trains_for_a_step_or_two():
 
 
 def test_against_torch_the_llama_runs_our_side_alone(monkeypatch):
-    """torch_reference has no Llama: the case runs without a torch side or ratio, and the
+    """torch_reference's Llama has no KV-cached generate: the case runs without a torch side or ratio, and the
     table says so (the children are stood in for: no torch needed)."""
     import minitorch_gpu.bench as bench_module
     ran = []

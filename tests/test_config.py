@@ -87,7 +87,7 @@ def test_override_values_are_yaml(text, expected):
                                   r"did you mean 'llama'"),
     ({"model": {"n_kv_head": 2}}, r"'model.n_kv_head': n_kv_head \(2\) must be null \(or "
                                   r"n_head, 4\) under arch gpt2"),
-    ({"model": {"ffn_hidden": 256}}, r"'model.ffn_hidden': ffn_hidden must be None under "
+    ({"model": {"ffn_hidden": 256}}, r"'model.ffn_hidden': ffn_hidden must be null under "
                                      r"arch gpt2"),
     ({"model": {"arch": "llama", "n_kv_head": 3}},
      r"'model.n_kv_head': n_kv_head \(3\) must divide n_head \(4\)"),

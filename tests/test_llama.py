@@ -163,7 +163,7 @@ def test_a_gpt_config_cannot_group_its_heads():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(ffn_hidden=7), "ffn_hidden must be None under arch gpt2"),
+    (dict(ffn_hidden=7), "ffn_hidden must be null under arch gpt2"),
     (dict(rope_theta=5.0), "rope_theta must be 10000.0 under arch gpt2"),
     (dict(ffn_multiple_of=32), "ffn_multiple_of must be 64 under arch gpt2"),
 ])

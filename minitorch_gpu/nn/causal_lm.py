@@ -6,7 +6,8 @@ sample with ``model.generate``.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import numbers
+from dataclasses import fields
 from typing import Iterator, Optional, Tuple
 
 from ..autograd import is_grad_enabled, no_grad
@@ -27,7 +28,8 @@ class KVCache:
     layer (a grouped-query model caches its n_kv_head heads, not the query's n_head).
 
     ``model.forward(idx, kv_cache=cache)`` runs ``idx`` as the positions after the cached
-    ones and appends their keys and values (``ops.attention.cached_causal_attention``).
+    ones and appends their keys and values (``ops.attention_heads``: cached_causal_attention
+    for a GPT, cached_grouped_attention for a Llama).
     """
 
     def __init__(self, config: GPTConfig, batch_size: int, device: object = "cpu",
@@ -71,7 +73,8 @@ class CausalLM(Module):
     arch: str  # the config.arch the subclass builds
 
     def _own_config(self, config: GPTConfig) -> GPTConfig:
-        """``self.config``, a copy of ``config`` (crop_block_size edits it); TypeError
+        """``self.config``, a GPTConfig copied from ``config`` (crop_block_size edits it), its
+        arch defaults resolved (a run config's model section leaves them None); TypeError
         unless it is a GPTConfig of this class's arch."""
         name = type(self).__name__
         if not isinstance(config, GPTConfig) or config.arch != self.arch:
@@ -79,7 +82,7 @@ class CausalLM(Module):
                 type(config).__name__
             raise TypeError(f"{name}: expected a GPTConfig of arch {self.arch!r}, got {what} "
                             f"(nn.model_for picks the class by config.arch)")
-        self.config = replace(config)
+        self.config = GPTConfig(**{f.name: getattr(config, f.name) for f in fields(GPTConfig)})
         return self.config
 
     # --- forward ------------------------------------------------------------------------
@@ -130,11 +133,12 @@ class CausalLM(Module):
         """Shrink the context to ``block_size`` positions, as nanoGPT does to fine-tune a
         checkpoint on shorter sequences: a GPT keeps the first rows of its position table;
         a Llama has none (its positions are computed), so only the limit changes."""
-        if not isinstance(block_size, int) or not 1 <= block_size <= self.config.block_size:
+        if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or \
+                not 1 <= block_size <= self.config.block_size:
             raise ValueError(f"crop_block_size: block_size must be an int in [1, "
                              f"{self.config.block_size}], got {block_size!r}")
-        self._crop(block_size)
-        self.config.block_size = block_size
+        self._crop(int(block_size))
+        self.config.block_size = int(block_size)
 
     def _crop(self, block_size: int) -> None:
         """What a model keeps of its arrays when its context shrinks (nothing by default)."""

@@ -61,8 +61,8 @@ def check_arch_fields(c: Any, fail: Callable[[str, str], None],
         defaults = {"ffn_hidden": None, "rope_theta": 10000.0, "ffn_multiple_of": 64}
         for key, default in defaults.items():
             if getattr(c, key) != default:
-                fail(key, f"must be {default!r} under arch gpt2 (a llama field), got "
-                          f"{getattr(c, key)!r}")
+                fail(key, f"must be {'null' if default is None else default} under arch "
+                          f"gpt2 (a llama field), got {getattr(c, key)!r}")
         return
     if c.n_kv_head is not None and c.n_head % c.n_kv_head:
         fail("n_kv_head", f"({c.n_kv_head}) must divide n_head ({c.n_head}): each key/value "
@@ -76,7 +76,11 @@ def check_arch_fields(c: Any, fail: Callable[[str, str], None],
 class GPTConfig:
     """The shape of a decoder-only language model. The defaults are GPT-2 small (124M
     parameters); ``arch="llama"`` (or ``LlamaConfig``) is the Llama family on the same
-    fields: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases."""
+    fields: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases.
+
+    The arch's defaults (a Llama's n_kv_head and ffn_hidden, bias, tie_embeddings) are
+    filled in when a config is made and stored: ``dataclasses.replace`` keeps them, so a
+    replace that changes n_head or n_embd should give them anew (or None)."""
 
     block_size: int = 1024  # the longest sequence the model sees: rows of the position table
     vocab_size: int = 50304  # GPT-2's 50257 tokens padded up to a multiple of 64 (faster GEMMs)
@@ -141,7 +145,7 @@ class GPTConfig:
             got = sorted(shape) if isinstance(shape, dict) else repr(shape)
             raise ValueError(f"model_config has keys {got}, expected {sorted(REQUIRED_KEYS)} "
                              f"and any of {sorted(expected - set(REQUIRED_KEYS))}")
-        return cls(**shape)
+        return GPTConfig(**shape)  # not cls: a file without "arch" is a GPT-2 whatever asks
 
 
 @dataclass

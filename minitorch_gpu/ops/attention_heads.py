@@ -116,6 +116,18 @@ def cached_causal_attention(qkv: Tensor, keys: Tensor, values: Tensor, start: in
     """Attention of the new positions in ``qkv`` (B, T, 3C) over ``start`` cached positions
     and themselves, appending their keys and values to ``keys``/``values`` (B, nh,
     capacity, hs) in place: (B, T, C), heads side by side. For ``KVCache``; no gradient."""
+    where = "cached_causal_attention"
+    require_tensor(qkv, where, "qkv")
+    require_float(qkv, where, "qkv")
+    if qkv.ndim != 3 or isinstance(n_head, bool) or not isinstance(n_head, numbers.Integral) \
+            or n_head < 1 or qkv.shape[2] % (3 * n_head):
+        raise ValueError(f"{where}: expected qkv (B, T, 3 * C) with C a multiple of n_head = "
+                         f"{n_head!r}, got shape {tuple(qkv.shape)}")
+    if isinstance(keys, Tensor) and keys.ndim == 4 and keys.shape[1] != n_head:
+        raise ValueError(f"{where}: the cache holds {keys.shape[1]} heads, n_head is {n_head}")
+    C = qkv.shape[2] // 3  # the checks on q, k, v's column views and the cache's n_head heads
+    _check_cached(where, qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:], keys, values,
+                  start, int(n_head))
     (qkv,) = autocast_lower(qkv)
     return CachedCausalAttention.apply(qkv, keys, values, int(start), int(n_head))
 
@@ -275,9 +287,20 @@ def cached_grouped_attention(q: Tensor, k: Tensor, v: Tensor, keys: Tensor, valu
     cached positions and themselves, appending their k, v (B, T, n_kv_head * hs) to
     ``keys``/``values`` (B, n_kv_head, capacity, hs) in place: (B, T, n_head * hs). For
     ``KVCache``; no gradient."""
-    where = "cached_grouped_attention"
+    _check_cached("cached_grouped_attention", q, k, v, keys, values, start, n_head)
+    q, k, v = autocast_lower(q, k, v)
+    return CachedGroupedAttention.apply(q, k, v, keys, values, int(start), int(n_head))
+
+
+def _check_cached(where: str, q: Tensor, k: Tensor, v: Tensor, keys: Tensor, values: Tensor,
+                  start: Any, n_head: int) -> None:
+    """ValueError/RuntimeError naming the argument, before the cache is written, unless q,
+    k, v are the new positions' projections (``_check_grouped``, n_kv_head the cache's
+    heads), the cache buffers are float (B, n_kv_head, capacity, head_dim) of one dtype,
+    ``start`` leaves room for them, and grad mode is off for them."""
     for name, t in (("keys", keys), ("values", values)):
         require_tensor(t, where, name)
+        require_float(t, where, name)
         if t.ndim != 4:
             raise ValueError(f"{where}: expected {name} (B, n_kv_head, capacity, head_dim), got "
                              f"shape {tuple(t.shape)}")
@@ -298,5 +321,3 @@ def cached_grouped_attention(q: Tensor, k: Tensor, v: Tensor, keys: Tensor, valu
                          f"{keys.shape[2]}), got {start!r}")
     if is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise RuntimeError(f"{where}: a KV cache is for inference; run under no_grad()")
-    q, k, v = autocast_lower(q, k, v)
-    return CachedGroupedAttention.apply(q, k, v, keys, values, int(start), int(n_head))

@@ -37,7 +37,7 @@ def attention_group(q: Any, k: Any, v: Any) -> Optional[int]:
     """G, the query heads per kv head, for q, k, v the kernels can take: 1 for one batch
     shape (..., n, E); G = q.shape[-3] for the grouped form of grouped-query attention, q
     (..., Hkv, G, L, E) with k and v (..., Hkv, 1, S, E) (the shapes ops/attention.py's
-    GQA path builds: k and v broadcast over G, never repeated; q at least 4-D, so the
+    and ops/attention_heads.py's GQA paths build: k and v broadcast over G, never repeated; q at least 4-D, so the
     kv heads have a dim of their own). None for any other batch shapes."""
     if q.ndim < 2 or not q.ndim == k.ndim == v.ndim:
         return None
