@@ -27,7 +27,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("run", ("config", "interrupt", "data", "checkpoint", "memory", "model_arrays",
              "distributed", "model_from_config",
              "inference", "profiler", "trainer", "run_state", "run_directory", "plot_runs",
-             "tensorboard_log", "bench", "torch_reference")),
+             "tensorboard_log", "bench", "torch_reference", "pretrained")),
     ("command line", ("cli", "__main__")),
 ]
 
@@ -103,8 +103,9 @@ def _in(name: str, prefixes) -> bool:
 
 
 def _layer(name: str) -> int:
-    if not name:  # the package root re-exports the engine, nn and optim: the public face
-        return [layer for layer, _ in LAYERS].index("model")
+    if not name:  # the package root: the public face (the engine, nn, optim and, imported
+        # when called, from_pretrained), which only the run layer and the CLI import
+        return [layer for layer, _ in LAYERS].index("run")
     for rank, (_, prefixes) in enumerate(LAYERS):
         if _in(name, prefixes):
             return rank
