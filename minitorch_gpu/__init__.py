@@ -28,3 +28,12 @@ int = int32  # noqa: A001 - torch.int
 bool = bool_  # noqa: A001 - torch.bool
 
 __version__ = "0.1.0"
+
+
+def from_pretrained(source: "str | os.PathLike", device: str = "cpu",
+                    **options: "typing.Any") -> "nn.CausalLM":
+    """A model ready for ``model(idx)`` from a Hugging Face model folder, ``hf:NAME`` on
+    the Hub, or one of this project's run directories or checkpoint files (see
+    ``minitorch_gpu.pretrained``, imported only when this is called)."""
+    from .pretrained import from_pretrained as load
+    return load(source, device, **options)

@@ -3,6 +3,8 @@
     minitorch-gpu train configs/quickstart.yaml [--set train.lr=3e-4] [--resume]
     minitorch-gpu prepare configs/quickstart.yaml [--force]
     minitorch-gpu generate checkpoints/quickstart --prompt "def " --max-new-tokens 200
+    minitorch-gpu generate hf:gpt2 --prompt "Hello" [--block-size 256]
+    minitorch-gpu export checkpoints/quickstart out/quickstart_hf [--dtype bf16]
     minitorch-gpu profile configs/shakespeare_char.yaml --set model.vocab_size=65 [--backward]
     minitorch-gpu bench [--case baby small] [--threads 2] [--vs-torch] [--quick]
     minitorch-gpu bench --case gpt2 --device cuda --bf16 [--no-generate] [--cprofile 20]
@@ -19,7 +21,7 @@ traceback, and exit code 1: the one log a run leaves is enough to find where it 
 
 Here the parser, the dispatch and what every command shares (Ctrl-C, a closed pipe, out of
 memory, the unexpected); each command's options and work in its own module: train.py
-(train, prepare), generate.py, profile.py, bench.py, plot.py.
+(train, prepare), generate.py, export.py, profile.py, bench.py, plot.py.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import sys
 import traceback
 from typing import List, Optional
 
-from . import bench, errors, generate, plot, profile, train
+from . import bench, errors, export, generate, plot, profile, train
 from .bench import BENCH_CASES
 from .errors import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED
 from .profile import SORT_CHOICES
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     train.add_parsers(sub)
-    for command in (generate, profile, bench, plot):
+    for command in (generate, export, profile, bench, plot):
         command.add_parser(sub)
     return parser
 

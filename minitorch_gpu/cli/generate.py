@@ -1,9 +1,10 @@
-"""``minitorch-gpu generate``: sample text from a checkpoint, streamed token by token."""
+"""``minitorch-gpu generate``: sample text from a checkpoint, a run, a Hugging Face folder
+or ``hf:NAME``, streamed token by token with the source's own tokenizer."""
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict
+from typing import Any
 
 from ..memory import check_workload, workload
 from .errors import EXIT_INTERRUPTED, error
@@ -12,11 +13,13 @@ from .options import add_memory_argument
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """The generate command."""
-    gen = sub.add_parser("generate", help="sample text from a checkpoint",
-                         description="Sample text from a checkpoint, streaming it to stdout "
-                                     "token by token (with the KV cache).")
-    gen.add_argument("checkpoint", help="a .ckpt file, or a run directory (its best.ckpt, "
-                                        "else last.ckpt)")
+    gen = sub.add_parser("generate", help="sample text from a checkpoint or a pretrained model",
+                         description="Sample text from a checkpoint, a run directory, a "
+                                     "Hugging Face model folder or hf:NAME, streaming it to "
+                                     "stdout token by token (with the KV cache).")
+    gen.add_argument("checkpoint", metavar="SOURCE",
+                     help="a .ckpt file, a run directory (its best.ckpt, else last.ckpt), a "
+                          "Hugging Face model folder, or hf:NAME (fetched from the Hub)")
     prompt = gen.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default=None, help="the text to continue (default: a "
                                                        "newline)")
@@ -32,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--num-samples", type=int, default=1, help="samples to draw (default 1)")
     gen.add_argument("--seed", type=int, default=1337, help="random seed (default 1337)")
     gen.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    gen.add_argument("--block-size", type=int, default=None,
+                     help="crop the model's context to this many tokens (a smaller KV cache; "
+                          "default: the model's own)")
     add_memory_argument(gen)
     gen.set_defaults(run=_generate)
 
@@ -40,8 +46,7 @@ def _generate(args: argparse.Namespace) -> int:
     """Stream samples from the checkpoint to stdout; the exit code."""
     import minitorch_gpu as mt
     from ..backend import get_backend
-    from ..checkpoint import CheckpointError
-    from ..inference import load_for_inference, stream_text
+    from ..inference import stream_text
     from ..nn.sampling import check_sampling
 
     top_k = args.top_k or None
@@ -51,6 +56,8 @@ def _generate(args: argparse.Namespace) -> int:
             raise ValueError("--max-new-tokens must be >= 0 and --num-samples >= 1")
         if args.seed < 0:
             raise ValueError(f"--seed must be >= 0, got {args.seed}")
+        if args.block_size is not None and args.block_size < 1:
+            raise ValueError(f"--block-size must be >= 1, got {args.block_size}")
         get_backend(args.device)  # before the checkpoint is read
     except (ValueError, RuntimeError) as exc:  # RuntimeError: an unusable device
         return error("generate", str(exc).splitlines()[0])
@@ -67,10 +74,10 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         prompt = "\n" if args.prompt is None else args.prompt
     from ..memory import MemoryLimitError
+    from ..pretrained import PretrainedError, load_pretrained
 
-    def check_memory(config: Any, meta: Dict[str, Any]) -> None:
+    def check_memory(config: Any, dtype: str) -> None:
         if not args.ignore_memory_check:  # the weights, the KV cache of a batch of one
-            dtype = "float64" if meta.get("dtype") == "float64" else "float32"
             names = {"n_layer": "n_layer", "n_embd": "n_embd", "block_size": "block_size",
                      "vocab_size": "vocab_size"}
             if config.arch == "llama":  # the KV cache's heads, the MLP's width
@@ -78,13 +85,17 @@ def _generate(args: argparse.Namespace) -> int:
             check_workload(workload("generate", config, dtype=dtype, device=args.device,
                                     from_checkpoint=True), get_backend(args.device), None,
                            names,
-                           "pass --ignore-memory-check to try anyway")
+                           "pass --ignore-memory-check to try anyway, or --block-size")
 
     try:
-        model, tokenizer, _ = load_for_inference(args.checkpoint, args.device,
-                                                 check_memory=check_memory)
-    except (CheckpointError, MemoryLimitError) as exc:
+        loaded = load_pretrained(args.checkpoint, args.device, block_size=args.block_size,
+                                 check_memory=check_memory)
+    except (PretrainedError, MemoryLimitError) as exc:
         return error("generate", str(exc))
+    model, tokenizer = loaded.model, loaded.tokenizer
+    if tokenizer is None:
+        return error("generate", f"{loaded.path} has no tokenizer (tokenizer.json, or "
+                                 f"vocab.json and merges.txt): add one to sample text")
     mt.manual_seed(args.seed)
     out = sys.stdout
     try:

@@ -67,6 +67,12 @@ class Tokenizer:
         """A JSON string that ``tokenizer_from_json`` turns back into this tokenizer."""
         raise NotImplementedError
 
+    def to_tokenizers_json(self) -> str:
+        """This tokenizer as the ``tokenizers`` library's tokenizer.json (what a Hugging
+        Face model folder holds), giving the same ids; ``tokenizer_from_json`` reads it
+        back as this kind."""
+        raise NotImplementedError
+
     def _check_ids(self, ids: Union[Sequence[int], np.ndarray]) -> np.ndarray:
         array = np.asarray(ids)
         if array.size == 0:
@@ -136,6 +142,15 @@ class CharTokenizer(Tokenizer):
     def decode(self, ids: Union[Sequence[int], np.ndarray]) -> str:
         points = self._code_points[self._check_ids(ids)]
         return points.tobytes().decode("utf-32-le", "surrogatepass")
+
+    def to_tokenizers_json(self) -> str:
+        # a BPE with one token per character and no merges: with no pre-tokenizer it splits
+        # any text into its characters and looks each up; Fuse joins the decoded tokens
+        # with nothing between them (the default decoder puts spaces there)
+        hf = hf_tokenizers.Tokenizer(hf_tokenizers.models.BPE(
+            vocab={c: i for i, c in enumerate(self.chars)}, merges=[]))
+        hf.decoder = hf_tokenizers.decoders.Fuse()
+        return hf.to_str()
 
     def to_json(self) -> str:
         # a list, not one string: a lone high surrogate next to a lone low one would read
@@ -208,6 +223,9 @@ class BPETokenizer(Tokenizer):
         # keep <|endoftext|>: a text holding it must come back whole
         return self.hf.decode(self._check_ids(ids).tolist(), skip_special_tokens=False)
 
+    def to_tokenizers_json(self) -> str:
+        return self.hf.to_str()
+
     def to_json(self) -> str:
         return json.dumps({"kind": "bpe", "tokenizer": json.loads(self.hf.to_str())},
                           ensure_ascii=False)
@@ -229,6 +247,9 @@ def tokenizer_from_json(text: str) -> Tokenizer:
             return CharTokenizer(list(data["chars"]))
         if kind == "bpe":
             return BPETokenizer(hf_tokenizers.Tokenizer.from_str(json.dumps(data["tokenizer"])))
+        if kind is None and _is_char_layout(data):  # CharTokenizer.to_tokenizers_json's
+            vocab = data["model"]["vocab"]
+            return CharTokenizer(sorted(vocab, key=vocab.get))
         if kind is None and "model" in data:  # the tokenizers library's own format
             return BPETokenizer(hf_tokenizers.Tokenizer.from_str(text))
     except Exception as exc:  # noqa: BLE001 - the Rust side raises plain Exception
@@ -236,6 +257,20 @@ def tokenizer_from_json(text: str) -> Tokenizer:
                          f"tokenizer ({type(exc).__name__}: {exc})") from None
     raise ValueError(f"tokenizer_from_json: expected kind 'char' or 'bpe' (or a tokenizers "
                      f"library tokenizer.json), got kind {kind!r}")
+
+
+def _is_char_layout(data: dict) -> bool:
+    """Whether a tokenizer.json is CharTokenizer's: a BPE of single characters with ids
+    0..n-1, no merges, nothing around it but the Fuse decoder."""
+    model = data.get("model")
+    if not isinstance(model, dict) or model.get("type") != "BPE" or model.get("merges") or \
+            data.get("decoder") != {"type": "Fuse"} or data.get("added_tokens") or \
+            any(data.get(key) for key in ("normalizer", "pre_tokenizer", "post_processor")):
+        return False
+    vocab = model.get("vocab")
+    return isinstance(vocab, dict) and bool(vocab) and \
+        all(isinstance(c, str) and len(c) == 1 for c in vocab) and \
+        sorted(vocab.values()) == list(range(len(vocab)))
 
 
 def load_tokenizer(path: Union[str, Path]) -> Tokenizer:

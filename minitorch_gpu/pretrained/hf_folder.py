@@ -1,0 +1,125 @@
+"""A Hugging Face model folder: config.json, safetensors weights, tokenizer.json.
+
+The weights are read with the ``safetensors`` package, memory-mapped: the headers first
+(every name, dtype and shape checked against the model config.json describes before any
+data is read), then one tensor at a time straight into the model's parameters. A sharded
+model (``model.safetensors.index.json`` naming each tensor's file) reads the same way.
+``pytorch_model.bin`` is a pickle (loading one runs whatever code it names): refused.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..data.tokenizer import BPETokenizer, Tokenizer, tokenizer_from_json
+from ..nn import GPTConfig
+from .hf_config import PretrainedError, config_from_hf
+
+__all__ = ["HFFolder", "read_folder", "open_weights", "PICKLES"]
+
+WEIGHTS = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.ckpt.index",
+           "tf_model.h5", "flax_model.msgpack")
+
+
+@dataclass
+class HFFolder:
+    """What a folder holds, read and checked, before any weight is: the model's shape,
+    the weights' files and the tokenizer (None when the folder has none)."""
+
+    path: Path
+    config: GPTConfig  # as config.json says (its vocab_size, its context)
+    files: List[Path]
+    tokenizer: Optional[Tokenizer]
+    special: Dict[str, Any]  # config.json's bos_token_id / eos_token_id
+
+
+def read_folder(path: Path, block_size: Optional[int] = None) -> HFFolder:
+    """The folder's config, weight files and tokenizer, or PretrainedError (one line)."""
+    config_path = path / "config.json"
+    if not config_path.is_file():
+        raise PretrainedError(f"{path}: no config.json; expected a Hugging Face model folder "
+                              f"(config.json, model.safetensors, tokenizer.json)")
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PretrainedError(f"{config_path}: not readable JSON ({exc})") from None
+    config = config_from_hf(data, str(config_path), block_size)
+    special = {key: data[key] for key in ("bos_token_id", "eos_token_id")
+               if isinstance(data.get(key), int) and not isinstance(data.get(key), bool)}
+    return HFFolder(path, config, _weight_files(path), _tokenizer(path), special)
+
+
+def _weight_files(path: Path) -> List[Path]:
+    if (path / WEIGHTS).is_file():
+        return [path / WEIGHTS]
+    if (path / INDEX).is_file():
+        try:
+            index = json.loads((path / INDEX).read_text(encoding="utf-8"))
+            names = sorted(set(index["weight_map"].values()))
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError,
+                AttributeError) as exc:
+            raise PretrainedError(f"{path / INDEX}: expected JSON with a weight_map of "
+                                  f"tensor -> file ({type(exc).__name__}: {exc})") from None
+        for name in names:
+            if not isinstance(name, str) or not name or "/" in name or "\\" in name or \
+                    name.startswith(".") or not (path / name).is_file():
+                raise PretrainedError(f"{path / INDEX}: names {name!r}, which is not a file "
+                                      f"in the folder")
+        files = [path / name for name in names]
+        return files
+    pickles = [name for name in PICKLES if (path / name).exists()]
+    if pickles:
+        raise PretrainedError(
+            f"{path}: holds {pickles[0]}, not safetensors; this project reads no pickles "
+            f"(unpickling runs code): convert it once where torch is installed with "
+            f"python -c \"from transformers import AutoModelForCausalLM as M; "
+            f"M.from_pretrained('{path}').save_pretrained('{path}')\"")
+    raise PretrainedError(f"{path}: no {WEIGHTS} (or {INDEX} and its shards)")
+
+
+def _tokenizer(path: Path) -> Optional[Tokenizer]:
+    """tokenizer.json, else GPT-2's vocab.json + merges.txt as a byte-level BPE, else None."""
+    if (path / "tokenizer.json").is_file():
+        try:
+            return tokenizer_from_json((path / "tokenizer.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise PretrainedError(f"{path / 'tokenizer.json'}: {exc}") from None
+    if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+        import tokenizers
+        try:
+            model = tokenizers.models.BPE.from_file(str(path / "vocab.json"),
+                                                    str(path / "merges.txt"))
+        except Exception as exc:  # noqa: BLE001 - the Rust side raises plain Exception
+            raise PretrainedError(f"{path}: vocab.json/merges.txt unreadable ({exc})") from None
+        hf = tokenizers.Tokenizer(model)
+        hf.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = tokenizers.decoders.ByteLevel()
+        return BPETokenizer(hf)
+    return None
+
+
+@contextlib.contextmanager
+def open_weights(files: List[Path]):
+    """The files memory-mapped (``safetensors.safe_open``), as {key: (handle, dtype name,
+    shape)} from their headers; closed on exit. A damaged file is one line."""
+    from safetensors import SafetensorError, safe_open
+    entries: Dict[str, Tuple[Any, str, Tuple[int, ...]]] = {}
+    with contextlib.ExitStack() as stack:
+        for file in files:
+            try:
+                handle = stack.enter_context(safe_open(str(file), framework="numpy"))
+                for key in handle.keys():
+                    if key in entries:
+                        raise PretrainedError(f"{file}: {key} is also in another weights file")
+                    info = handle.get_slice(key)
+                    entries[key] = (handle, info.get_dtype(), tuple(info.get_shape()))
+            except (SafetensorError, OSError) as exc:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise PretrainedError(f"{file}: not a readable safetensors file "
+                                      f"({first})") from None
+        yield entries
