@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
+from .config_yaml import Loader, parse_yaml_value, yaml_error_text
 from .nn.lm_config import ARCHS, GPTConfig, check_arch_fields
 
 __all__ = ["Config", "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "EvalConfig",
@@ -172,50 +173,6 @@ CHOICES = {
 
 
 # --- YAML ---------------------------------------------------------------------------------
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads ``3e-4`` and ``-.5`` as strings (it wants ``3.0e-4``); this loader reads
-    them as the floats everyone means. A key given twice in one mapping is an error: YAML
-    keeps the last silently, so a second ``lr:`` further down a section would win unseen."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Dict[Any, Any]:
-        seen: Dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node)
-            except TypeError:  # an unhashable key: the base class reports it
-                break
-            if first is not key_node:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice (first on line "
-                    f"{first.start_mark.line + 1})", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _yaml_error_text(exc: Exception) -> str:
-    """A YAML error on one line: where, then what (PyYAML's own spans several lines)."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
-    if mark is not None and problem:
-        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return " ".join(str(exc).split())
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
-                    |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
-
-
-def parse_yaml_value(text: str) -> Any:
-    """A command-line value as YAML: ``3e-4`` -> 0.0003, ``true`` -> True, ``null`` -> None."""
-    return yaml.load(text, Loader=_Loader) if text.strip() else ""
-
-
 def config_to_yaml(cfg: Config) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False)
 
@@ -460,7 +417,7 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, 
             value = parse_yaml_value(text)
         except (yaml.YAMLError, ValueError) as exc:  # ValueError: "0x_" passes for an int
             raise ConfigError(f"override {item!r}: the value is not valid YAML "
-                              f"({_yaml_error_text(exc)})") from None
+                              f"({yaml_error_text(exc)})") from None
         if _is_text_field(SECTIONS[section], key) and value is not None \
                 and not isinstance(value, (str, list, dict)):
             # a run name of 007, 1e3 or on: the text as typed, not YAML's 7, 1000.0 or True
@@ -483,11 +440,11 @@ def load_config(path: Union[str, Path], overrides: Sequence[str] = ()) -> Config
         raise ConfigError(f"config file {str(path)!r} does not exist"
                           if not path.exists() else f"config path {str(path)!r} is not a file")
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: "0x_" passes for an int, or
         # the file is not UTF-8 text
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: "
-                          f"{_yaml_error_text(exc)}") from None
+                          f"{yaml_error_text(exc)}") from None
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError(f"config file {str(path)!r}: expected a mapping of sections "
                           f"({', '.join(SECTIONS)}), got {type(raw).__name__}")

@@ -24,7 +24,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("engine", ("from_python", "tensor", "tensor_math", "tensor_shape", "tensor_inplace",
                 "autograd", "ops", "amp", "creation", "functional", "testing")),
     ("model", ("nn", "optim")),
-    ("run", ("config", "interrupt", "data", "checkpoint", "memory", "model_arrays",
+    ("run", ("config", "config_yaml", "interrupt", "data", "checkpoint", "memory", "model_arrays",
              "distributed", "model_from_config",
              "inference", "profiler", "trainer", "run_state", "run_directory", "plot_runs",
              "tensorboard_log", "bench", "torch_reference", "pretrained")),
