@@ -5,7 +5,8 @@ A checkpoint holds every rank's random streams and batch sampler, so a resumed r
 reproduces the loss curve of an uninterrupted one, on as many ranks as it was saved by.
 The checks refuse (ResumeRefused, one line naming the file) a checkpoint of another model,
 of weights that do not fit the model it describes, of another number of ranks, or of
-another tokenizer than the data gives now.
+another tokenizer than the data gives now. TrainingError and its kinds are how a run that
+cannot start or go on says so (the trainer raises them; the CLI turns them into one line).
 """
 from __future__ import annotations
 
@@ -24,9 +25,23 @@ from .memory import check_model_arrays
 from .model_from_config import DTYPES
 from .nn import GPTConfig
 
-__all__ = ["ResumeRefused", "TrainResult", "check_resumable", "check_same_tokenizer",
-           "checkpoint_meta", "load_optimizer_moments", "load_resumable", "resumed_progress",
+__all__ = ["ResumeRefused", "TrainResult", "TrainingDiverged", "TrainingError",
+           "TrainingRefused", "check_resumable", "check_same_tokenizer", "checkpoint_meta", "load_optimizer_moments", "load_resumable", "resumed_progress",
            "saved_ranks"]
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot start or continue; the message says why and what to do."""
+
+
+class TrainingDiverged(TrainingError):
+    """The loss became NaN or infinite; the last good checkpoint is left as it was."""
+
+
+class TrainingRefused(TrainingError):
+    """Rank 0's refusal of the run directory (in use, holds a run, nothing to resume),
+    raised on every rank at once: under MPI no rank waits for another, so the job can end
+    without an abort, each rank on its own."""
 
 
 class ResumeRefused(RuntimeError):

@@ -50,25 +50,12 @@ from .memory import MemoryLimitError
 from .model_from_config import build_model, check_training_memory, gpt_config, weight_dtype
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
 from .run_directory import MetricsLog, RunDirectory, run_directory
-from .run_state import (ResumeRefused, TrainResult, checkpoint_meta, load_optimizer_moments,
-                        load_resumable, resumed_progress)
+from .run_state import (ResumeRefused, TrainingDiverged, TrainingError, TrainingRefused,
+                        TrainResult, checkpoint_meta, load_optimizer_moments, load_resumable,
+                        resumed_progress)
 from .tensorboard_log import TENSORBOARD_HINT, tensorboard_available
 
 __all__ = ["Trainer", "TrainingDiverged", "TrainingError", "TrainingRefused"]
-
-
-class TrainingError(RuntimeError):
-    """A run that cannot start or continue; the message says why and what to do."""
-
-
-class TrainingDiverged(TrainingError):
-    """The loss became NaN or infinite; the last good checkpoint is left as it was."""
-
-
-class TrainingRefused(TrainingError):
-    """Rank 0's refusal of the run directory (in use, holds a run, nothing to resume),
-    raised on every rank at once: under MPI no rank waits for another, so the job can end
-    without an abort, each rank on its own."""
 
 
 # NumPy's warnings on the overflow, 0/0 and inf - inf of a diverging step are off in the
