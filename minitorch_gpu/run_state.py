@@ -26,8 +26,8 @@ from .model_from_config import DTYPES
 from .nn import GPTConfig
 
 __all__ = ["ResumeRefused", "TrainResult", "TrainingDiverged", "TrainingError",
-           "TrainingRefused", "check_resumable", "check_same_tokenizer", "checkpoint_meta", "load_optimizer_moments", "load_resumable", "resumed_progress",
-           "saved_ranks"]
+           "TrainingRefused", "check_resumable", "check_same_tokenizer", "checkpoint_meta",
+           "load_optimizer_moments", "load_resumable", "resumed_progress", "saved_ranks"]
 
 
 class TrainingError(RuntimeError):
