@@ -52,6 +52,7 @@ class ModelConfig(GPTConfig):
     n_embd: int = 128
     vocab_size: Optional[int] = None  # null: the tokenizer's vocabulary, padded to pad_vocab_to
     pad_vocab_to: int = 1  # round the vocabulary up to a multiple of this (64 for fast GEMMs)
+    init_from: str = "scratch"  # scratch | a pretrained source (hf:gpt2, a Hugging Face folder, a run or .ckpt): its shape, tokenizer and weights
 
     def __post_init__(self) -> None:
         """Not GPTConfig's checks: ``validate``'s, naming each key as YAML spells it."""
@@ -282,7 +283,9 @@ def _build_section(name: str, cls: type, values: Any) -> Any:
             raise ConfigError(f"unknown config key '{name}.{key}'"
                               f"{_unknown_key_hint(str(key), name)}")
         kwargs[key] = _coerce(value, hints[key], f"config key '{name}.{key}'")
-    return cls(**kwargs)
+    section = cls(**kwargs)
+    section.given = frozenset(kwargs)  # the keys the YAML and --set gave (not a field)
+    return section
 
 
 def config_from_dict(raw: Any) -> Config:
@@ -325,6 +328,8 @@ def validate(cfg: Config) -> None:
     for key in ("n_layer", "n_head", "n_embd", "block_size", "pad_vocab_to"):
         _check(getattr(m, key) >= 1, f"model.{key}", "an int >= 1", getattr(m, key))
     check_arch_fields(m, _model_key_error, vocab_optional=True)  # GPTConfig's rules
+    _check(bool(m.init_from.strip()), "model.init_from", "scratch or a pretrained source",
+           m.init_from)
     _check(0.0 <= m.dropout < 1.0, "model.dropout", "a number in [0, 1)", m.dropout)
     _check(d.max_chars is None or d.max_chars >= 1, "data.max_chars", "an int >= 1 or null",
            d.max_chars)

@@ -49,6 +49,7 @@ from .machine import matmul_peak_flops, set_num_threads
 from .memory import MemoryLimitError
 from .model_from_config import build_model, check_training_memory, gpt_config, weight_dtype
 from .optim import clip_grad_norm_, constant_lr, cosine_lr
+from .pretrained.init_from import describe as describe_init, start_from
 from .run_directory import MetricsLog, RunDirectory, run_directory
 from .run_state import (ResumeRefused, TrainingDiverged, TrainingError, TrainingRefused,
                         TrainResult, checkpoint_meta, load_optimizer_moments, load_resumable,
@@ -126,6 +127,12 @@ class Trainer:
         except (RuntimeError, ValueError) as exc:  # no CuPy, no GPU, too few GPUs for the ranks
             raise TrainingError(f"system.device: {exc}") from None
         self.device = str(self.backend.device)
+        try:  # model.init_from: the source's shape and tokenizer fill the config in
+            self.init = start_from(cfg)
+        except ValueError as exc:  # ConfigError, PretrainedError: one line each
+            raise TrainingError(str(exc)) from None
+        if self.init is not None:
+            self.log(describe_init(self.init))
         self._check_memory(None)  # before minutes of data preparation, the vocabulary unknown
 
         # rank 0 measures the peak and tokenizes the corpus into the cache first; the other
@@ -148,6 +155,11 @@ class Trainer:
             raise TrainingError(str(exc)) from None
         self._check_memory(self.model_config.vocab_size)
         self.model = build_model(self.model_config, self.dtype, self.device)
+        if self.init is not None and not cfg.train.resume:  # last.ckpt holds them then
+            try:
+                self.init.load_weights(self.model)
+            except ValueError as exc:
+                raise TrainingError(str(exc)) from None
         if group.rank > 0:  # its own dropout masks from here on (the weights are rank 0's)
             manual_seed(rank_seed(cfg.system.seed, group.rank))
         t = cfg.train
