@@ -561,7 +561,7 @@ def test_an_allocation_past_the_ceiling_in_train_is_one_line(workdir):
 
 
 @pytest.mark.parametrize("command, target, argv", [
-    ("generate", "minitorch_gpu.inference.load_for_inference", ["generate", "x.ckpt"]),
+    ("generate", "minitorch_gpu.pretrained.load_pretrained", ["generate", "x.ckpt"]),
     ("prepare", "minitorch_gpu.data.prepare", ["prepare", "tiny.yaml"]),
     ("bench", "minitorch_gpu.bench.run_bench", ["bench", "--quick", "--ignore-memory-check"]),
 ])

@@ -156,7 +156,7 @@ def test_prepare_runs_once_and_is_skipped_when_nothing_changed(workdir):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda d: d / "missing.ckpt", "does not exist"),
+    (lambda d: d / "missing.ckpt", "no such file or folder"),
     (lambda d: d, "no best.ckpt or last.ckpt"),
     (lambda d: _write(d / "notes.ckpt", b"just some text\n"), "not a minitorch-gpu checkpoint"),
     (lambda d: _write(d / "cut.ckpt", (d / "ckpts" / "tiny" / "last.ckpt").read_bytes()[:5000]),
