@@ -17,19 +17,22 @@ any GPT or Llama here), for ``source`` one of:
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
+
+import numpy as np
 
 from ..backend import dtypes
 from ..checkpoint import CheckpointError
 from ..data.tokenizer import Tokenizer
 from ..memory import check_workload, workload
 from ..model_from_config import build_model
-from ..nn import CausalLM, GPTConfig
+from ..nn import CausalLM, GPTConfig, init
 from .hf_config import PretrainedError
 from .hf_folder import open_weights, read_folder
-from .hf_weights import VOCAB_ROWS, map_file_tensors
+from .hf_weights import VOCAB_ROWS, load_file_tensors, map_file_tensors
 from .hub import HUB_PREFIX, hub_folder
 
 __all__ = ["Pretrained", "PretrainedError", "from_pretrained", "load_pretrained",
@@ -89,20 +92,26 @@ def load_pretrained(source: Union[str, Path], device: str = "cpu", *,
     ``(config, dtype)`` replaces that check; False skips it."""
     if dtype is not None and dtype not in _DTYPES:
         raise PretrainedError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    memory_check = _default_memory_check(device) if check_memory is True else \
-        check_memory or None
+    if block_size is not None and not (isinstance(block_size, numbers.Integral) and
+                                       not isinstance(block_size, bool) and block_size >= 1):
+        # here, not after a checkpoint was read (crop_block_size's ValueError, a TypeError)
+        raise PretrainedError(f"block_size must be a positive int, got {block_size!r}")
+
+    def memory_check(from_checkpoint: bool) -> Optional[MemoryCheck]:
+        return _default_memory_check(device, from_checkpoint) if check_memory is True else \
+            check_memory or None
     path = resolve_source(source)
     if path.is_dir() and (path / "config.json").is_file():
         return _load_folder(str(source), path, device, dtype or "float32", block_size, keep_padding,
-                            memory_check)
+                            memory_check(False))  # one file tensor held at a time
     if path.is_dir() and not any((path / n).is_file() for n in ("best.ckpt", "last.ckpt")):
         raise PretrainedError(f"{path}: neither a Hugging Face model folder (no config.json) "
                               f"nor a run directory (no best.ckpt or last.ckpt)")
     return _load_checkpoint(str(source), path, device, dtype, block_size, keep_padding,
-                            memory_check)
+                            memory_check(True))  # the checkpoint's arrays all held
 
 
-def _default_memory_check(device: str) -> MemoryCheck:
+def _default_memory_check(device: str, from_checkpoint: bool) -> MemoryCheck:
     from ..backend import get_backend
 
     def check(config: GPTConfig, dtype: str) -> None:
@@ -110,8 +119,8 @@ def _default_memory_check(device: str) -> MemoryCheck:
                  "vocab_size": "vocab_size", "n_kv_head": "n_kv_head",
                  "ffn_hidden": "ffn_hidden"}
         check_workload(workload("generate", config, dtype=dtype, device=device,
-                                from_checkpoint=True), get_backend(device), None, names,
-                       "pass check_memory=False to try anyway")
+                                from_checkpoint=from_checkpoint), get_backend(device), None,
+                       names, "pass check_memory=False to try anyway")
     return check
 
 
@@ -133,10 +142,13 @@ def _load_folder(source: str, path: Path, device: str, dtype: str,
     if memory_check is not None:
         memory_check(config, dtype)
     with open_weights(folder.files) as entries:
-        model = build_model(config, _DTYPES[dtype])
+        # every weight is read from the files (map_file_tensors checks it): no random init;
+        # a float64 model is cast from float32 memory never written, quietly
+        with init.skipped(), np.errstate(invalid="ignore", over="ignore"):
+            model = build_model(config, _DTYPES[dtype])
         own = {key: tuple(value.shape) for key, value in model.state_dict().items()}
         weights = map_file_tensors(config, own, entries, str(path), rows)
-        model.load_state_dict(weights)  # one file tensor read at a time
+        load_file_tensors(model, weights)  # one file tensor read at a time
     return Pretrained(model.to(device).eval(), tokenizer, config, source, "hf", path,
                       dict(folder.special))
 

@@ -28,6 +28,12 @@ __all__ = ["EXPORT_DTYPES", "export_hf"]
 
 EXPORT_DTYPES = {"float32": np.float32, "bf16": ml_dtypes.bfloat16}
 _DTYPE_NAMES = {"float32": "float32", "bf16": "bfloat16"}  # config.json's torch_dtype
+# what --overwrite removes first: config.json (so an interrupted export leaves none), the
+# tokenizer files (a source without a tokenizer would keep the last one's) and the files
+# read beside or instead of model.safetensors
+_STALE = ("config.json", "generation_config.json", "model.safetensors.index.json",
+          "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+          "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
 
 
 def export_hf(source: Union[str, Path], out_dir: Union[str, Path], *,
@@ -52,6 +58,8 @@ def export_hf(source: Union[str, Path], out_dir: Union[str, Path], *,
     cast = EXPORT_DTYPES[dtype]
     tensors = [(key, array.astype(cast)) for key, array in export_arrays(config, state)]
     out.mkdir(parents=True, exist_ok=True)
+    for name in _STALE:  # an earlier model's, which a reader would pair with this one's
+        (out / name).unlink(missing_ok=True)
     with atomic_write(out / "model.safetensors") as f:
         write_safetensors(f, tensors, {"format": "pt"})
     del tensors, state

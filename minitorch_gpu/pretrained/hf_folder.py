@@ -2,7 +2,10 @@
 
 The weights are read with the ``safetensors`` package, memory-mapped: the headers first
 (every name, dtype and shape checked against the model config.json describes before any
-data is read), then one tensor at a time straight into the model's parameters. A sharded
+data is read), then one tensor at a time straight into the model's parameters, each file
+mapped only while one tensor is read from it (a mapping's touched pages count in the
+process's RSS until it is closed: a file held open for the whole load would add the
+file's size to the peak). A sharded
 model (``model.safetensors.index.json`` naming each tensor's file) reads the same way.
 ``pytorch_model.bin`` is a pickle (loading one runs whatever code it names): refused.
 """
@@ -18,7 +21,7 @@ from ..data.tokenizer import BPETokenizer, Tokenizer, tokenizer_from_json
 from ..nn import GPTConfig
 from .hf_config import PretrainedError, config_from_hf
 
-__all__ = ["HFFolder", "read_folder", "open_weights", "PICKLES"]
+__all__ = ["HFFolder", "PICKLES", "WeightsFile", "open_weights", "read_folder"]
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -50,8 +53,13 @@ def read_folder(path: Path, block_size: Optional[int] = None) -> HFFolder:
         raise PretrainedError(f"{config_path}: not readable JSON ({exc})") from None
     config = config_from_hf(data, str(config_path), block_size)
     special = {key: data[key] for key in ("bos_token_id", "eos_token_id")
-               if isinstance(data.get(key), int) and not isinstance(data.get(key), bool)}
+               if _token_ids(data.get(key))}  # an id, or a list of them (Llama 3's eos)
     return HFFolder(path, config, _weight_files(path), _tokenizer(path), special)
+
+
+def _token_ids(value: Any) -> bool:
+    ids = value if isinstance(value, list) and value else [value]
+    return all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
 
 
 def _weight_files(path: Path) -> List[Path]:
@@ -103,23 +111,46 @@ def _tokenizer(path: Path) -> Optional[Tokenizer]:
     return None
 
 
+class WeightsFile:
+    """A safetensors file, memory-mapped (``safetensors.safe_open``) only inside
+    ``mapped()``: what a FileTensor reads its one tensor through."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextlib.contextmanager
+    def mapped(self):
+        from safetensors import SafetensorError, safe_open
+        try:
+            handle = safe_open(str(self.path), framework="numpy")
+        except (SafetensorError, OSError) as exc:
+            raise _unreadable(self.path, exc) from None
+        with handle:
+            yield handle
+
+
 @contextlib.contextmanager
 def open_weights(files: List[Path]):
-    """The files memory-mapped (``safetensors.safe_open``), as {key: (handle, dtype name,
-    shape)} from their headers; closed on exit. A damaged file is one line."""
-    from safetensors import SafetensorError, safe_open
+    """The files' tensors as {key: (WeightsFile, dtype name, shape)}, from their headers
+    (each file mapped while its header is read, then again for each tensor read). A
+    damaged file is one line."""
+    from safetensors import SafetensorError
     entries: Dict[str, Tuple[Any, str, Tuple[int, ...]]] = {}
-    with contextlib.ExitStack() as stack:
-        for file in files:
+    for path in files:
+        file = WeightsFile(path)
+        with file.mapped() as handle:
             try:
-                handle = stack.enter_context(safe_open(str(file), framework="numpy"))
                 for key in handle.keys():
                     if key in entries:
-                        raise PretrainedError(f"{file}: {key} is also in another weights file")
+                        raise PretrainedError(f"{path}: {key} is also in another weights "
+                                              f"file")
                     info = handle.get_slice(key)
-                    entries[key] = (handle, info.get_dtype(), tuple(info.get_shape()))
+                    entries[key] = (file, info.get_dtype(), tuple(info.get_shape()))
             except (SafetensorError, OSError) as exc:
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise PretrainedError(f"{file}: not a readable safetensors file "
-                                      f"({first})") from None
-        yield entries
+                raise _unreadable(path, exc) from None
+    yield entries
+
+
+def _unreadable(path: Path, exc: Exception) -> PretrainedError:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return PretrainedError(f"{path}: not a readable safetensors file ({first})")

@@ -25,7 +25,7 @@ from ..nn import GPTConfig
 from .hf_config import PretrainedError
 
 __all__ = ["CONV1D", "VOCAB_ROWS", "FileTensor", "export_arrays", "ignored_key", "is_conv1d",
-           "map_file_tensors"]
+           "load_file_tensors", "map_file_tensors"]
 
 # GPT-2's Conv1D weights, stored (in, out)
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -48,8 +48,9 @@ def ignored_key(key: str) -> bool:
 
 
 class FileTensor:
-    """One weight in a safetensors file, read only when ``detach()`` is called: what
-    ``Module.load_state_dict`` copies from, so one array at a time is in memory. ``rows``
+    """One weight in a safetensors file (``handle``: a ``hf_folder.WeightsFile``), read
+    only when ``detach()`` is called: what ``Module.load_state_dict`` copies from, so one
+    array at a time is in memory. ``rows``
     keeps only the first rows (a vocabulary cut back, a position table cropped);
     ``transpose`` turns a Conv1D's (in, out) into a Linear's (out, in)."""
 
@@ -60,13 +61,20 @@ class FileTensor:
         self.shape = (min(rows, shape[0]),) + shape[1:] if rows is not None else shape
 
     def detach(self) -> np.ndarray:
-        if self.rows is None:
-            array = self.handle.get_tensor(self.name)
-        elif self.transpose:  # the rows of the transpose are the stored columns
-            array = self.handle.get_slice(self.name)[:, :self.rows]
-        else:
-            array = self.handle.get_slice(self.name)[:self.rows]
+        with self.handle.mapped() as handle:  # the file is mapped for this read alone
+            if self.rows is None:
+                array = handle.get_tensor(self.name)
+            elif self.transpose:  # the rows of the transpose are the stored columns
+                array = handle.get_slice(self.name)[:, :self.rows]
+            else:
+                array = handle.get_slice(self.name)[:self.rows]
         return np.ascontiguousarray(array.T if self.transpose else array)
+
+    def same_read(self, other: "FileTensor") -> bool:
+        """Whether ``other`` reads the very same array (a tied lm_head read from the
+        embedding's tensor)."""
+        return (self.handle, self.name, self.transpose, self.rows) == \
+            (other.handle, other.name, other.transpose, other.rows)
 
 
 def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]],
@@ -74,7 +82,7 @@ def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]
                      where: str, rows: Mapping[str, int]) -> Dict[str, FileTensor]:
     """Our state dict's keys -> FileTensors, from ``entries`` (each file key -> (handle,
     dtype name, shape), read from the headers alone). Every key the model has must be
-    found with its shape (a tied lm_head may come from the embedding), and every key of
+    found with its shape (a tied lm_head is read from the embedding), and every key of
     the file must be used; else PretrainedError naming the first few. ``rows[key]``:
     keep only that many leading rows of our key."""
     prefix = _PREFIX[config.arch]
@@ -83,13 +91,18 @@ def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]
         if not ignored_key(file_key):
             ours = file_key if file_key.startswith(prefix) or file_key == "lm_head.weight" \
                 else prefix + file_key
+            if ours in by_name:  # both spellings: which one to read is anyone's guess
+                raise PretrainedError(f"{where}: the weights files hold both {by_name[ours]} "
+                                      f"and {file_key}, one weight spelt two ways")
             by_name[ours] = file_key
     embedding = "transformer.wte.weight" if config.arch == "gpt2" else "model.embed_tokens.weight"
-    if config.tie_embeddings and "lm_head.weight" not in by_name and embedding in by_name:
+    spare_head = None  # a tied model's head is its embedding, as Hugging Face ties it: an
+    if config.tie_embeddings and embedding in by_name:  # lm_head.weight in the file is not read
+        spare_head = by_name.pop("lm_head.weight", None)
         by_name["lm_head.weight"] = by_name[embedding]
     missing = [key for key in own_shapes if key not in by_name]
     unexpected = sorted(set(by_name.values()) - {by_name[k] for k in own_shapes if k in by_name}
-                        - {k for k in entries if ignored_key(k)})
+                        - {k for k in entries if ignored_key(k)} - {spare_head})
     if missing:
         raise PretrainedError(f"{where}: {len(missing)} weight(s) of the {config.arch} that "
                               f"config.json describes are not in the weights files: "
@@ -114,6 +127,26 @@ def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]
                                   f"{'' if rows.get(key) is None else ' or more rows'}")
         out[key] = tensor
     return out
+
+
+def load_file_tensors(model: Any, weights: Mapping[str, FileTensor]) -> None:
+    """``model.load_state_dict(weights)``, reading each file tensor once: a key whose
+    parameter is an earlier key's (a tied lm_head) and that reads the same array is left
+    out rather than read and copied a second time. ``weights`` must name every key of the
+    model (``map_file_tensors`` checked it)."""
+    own = model.state_dict(keep_vars=True)
+    first: Dict[int, FileTensor] = {}  # id(parameter) -> what it is first read from
+    reads, tied = {}, set()
+    for key, tensor in weights.items():
+        earlier = first.setdefault(id(own[key]), tensor)
+        if earlier is not tensor and earlier.same_read(tensor):
+            tied.add(key)
+        else:
+            reads[key] = tensor
+    result = model.load_state_dict(reads, strict=not tied)
+    if set(result.missing_keys) - tied or result.unexpected_keys:  # cannot happen
+        raise PretrainedError(f"not loaded: {_few(sorted(set(result.missing_keys) - tied))}"
+                              f"; unexpected: {_few(result.unexpected_keys)}")
 
 
 def export_arrays(config: GPTConfig, state: Mapping[str, np.ndarray]
