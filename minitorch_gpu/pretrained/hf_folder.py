@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..data.tokenizer import BPETokenizer, Tokenizer, tokenizer_from_json
+from ..data.tokenizer import END_OF_TEXT, BPETokenizer, Tokenizer, tokenizer_from_json
 from ..nn import GPTConfig
 from .hf_config import PretrainedError, config_from_hf
 
@@ -107,6 +107,8 @@ def _tokenizer(path: Path) -> Optional[Tokenizer]:
         hf = tokenizers.Tokenizer(model)
         hf.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
         hf.decoder = tokenizers.decoders.ByteLevel()
+        if model.token_to_id(END_OF_TEXT) is not None:  # one token, as GPT-2's tokenizer.json
+            hf.add_special_tokens([END_OF_TEXT])  # has it (else split into 8 byte pieces)
         return BPETokenizer(hf)
     return None
 
