@@ -684,6 +684,9 @@ BAD_FOLDERS = {
     "shape disagrees": (lambda p: good_gpt2(p, config_changes={"n_positions": 32}),
                         "transformer.wpe.weight has shape (16, 32), but config.json's model "
                         "needs (32, 32)"),
+    "more position rows than declared": (
+        lambda p: good_gpt2(p, config_changes={"n_positions": 8}),
+        "transformer.wpe.weight has 16 rows, but config.json's model has 8"),
     "conv1d shape": (lambda p: good_gpt2(p, tensors={
         **gpt2_tensors(300, np.float32),
         "transformer.h.1.mlp.c_fc.weight": np.zeros((4 * C, C), np.float32)}),

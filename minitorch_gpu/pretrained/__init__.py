@@ -147,7 +147,8 @@ def _load_folder(source: str, path: Path, device: str, dtype: str,
         with init.skipped(), np.errstate(invalid="ignore", over="ignore"):
             model = build_model(config, _DTYPES[dtype])
         own = {key: tuple(value.shape) for key, value in model.state_dict().items()}
-        weights = map_file_tensors(config, own, entries, str(path), rows)
+        weights = map_file_tensors(config, own, entries, str(path), rows,
+                                   folder.declared_rows)
         load_file_tensors(model, weights)  # one file tensor read at a time
     return Pretrained(model.to(device).eval(), tokenizer, config, source, "hf", path,
                       dict(folder.special))

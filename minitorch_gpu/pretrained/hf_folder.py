@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..data.tokenizer import END_OF_TEXT, BPETokenizer, Tokenizer, tokenizer_from_json
 from ..nn import GPTConfig
 from .hf_config import PretrainedError, config_from_hf
+from .hf_weights import VOCAB_ROWS
 
 __all__ = ["HFFolder", "PICKLES", "WeightsFile", "open_weights", "read_folder"]
 
@@ -39,6 +40,9 @@ class HFFolder:
     files: List[Path]
     tokenizer: Optional[Tokenizer]
     special: Dict[str, Any]  # config.json's bos_token_id / eos_token_id
+    # the rows config.json declares for the arrays a load may keep fewer of (the position
+    # table, the vocabulary's): a file with more is refused, not cut silently
+    declared_rows: Dict[str, int]
 
 
 def read_folder(path: Path, block_size: Optional[int] = None) -> HFFolder:
@@ -54,7 +58,11 @@ def read_folder(path: Path, block_size: Optional[int] = None) -> HFFolder:
     config = config_from_hf(data, str(config_path), block_size)
     special = {key: data[key] for key in ("bos_token_id", "eos_token_id")
                if _token_ids(data.get(key))}  # an id, or a list of them (Llama 3's eos)
-    return HFFolder(path, config, _weight_files(path), _tokenizer(path), special)
+    full = config if block_size is None else config_from_hf(data, str(config_path))
+    declared = {key: full.vocab_size for key in VOCAB_ROWS}
+    if full.arch == "gpt2":
+        declared["transformer.wpe.weight"] = full.block_size
+    return HFFolder(path, config, _weight_files(path), _tokenizer(path), special, declared)
 
 
 def _token_ids(value: Any) -> bool:

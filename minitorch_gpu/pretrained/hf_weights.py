@@ -79,12 +79,14 @@ class FileTensor:
 
 def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]],
                      entries: Mapping[str, Tuple[Any, str, Tuple[int, ...]]],
-                     where: str, rows: Mapping[str, int]) -> Dict[str, FileTensor]:
+                     where: str, rows: Mapping[str, int],
+                     declared: Optional[Mapping[str, int]] = None) -> Dict[str, FileTensor]:
     """Our state dict's keys -> FileTensors, from ``entries`` (each file key -> (handle,
     dtype name, shape), read from the headers alone). Every key the model has must be
     found with its shape (a tied lm_head is read from the embedding), and every key of
     the file must be used; else PretrainedError naming the first few. ``rows[key]``:
-    keep only that many leading rows of our key."""
+    keep only that many leading rows of our key, which must store ``declared[key]``
+    rows (what config.json says) where that is given."""
     prefix = _PREFIX[config.arch]
     by_name: Dict[str, str] = {}  # our name -> file key, both spellings of the prefix
     for file_key in entries:
@@ -125,6 +127,10 @@ def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]
                                   f"config.json's model needs {want}"
                                   f"{' (stored transposed, as Conv1D)' if tensor.transpose else ''}"
                                   f"{'' if rows.get(key) is None else ' or more rows'}")
+        expected = (declared or {}).get(key)
+        if rows.get(key) is not None and expected is not None and stored[0] != expected:
+            raise PretrainedError(f"{where}: {by_name[key]} has {stored[0]} rows, but "
+                                  f"config.json's model has {expected}")
         out[key] = tensor
     return out
 

@@ -57,7 +57,8 @@ class InitSource:
             own = {key: tuple(value.shape) for key, value in model.state_dict().items()}
             with open_weights(self.folder.files) as entries:
                 model.load_state_dict(map_file_tensors(model.config, own, entries,
-                                                       str(self.path), rows))
+                                                       str(self.path), rows,
+                                                       self.folder.declared_rows))
             return
         try:
             weights = load_checkpoint(self.path, load_optimizer=False).model
