@@ -371,7 +371,8 @@ class Module:
         and buffers in place, converting device and dtype. Everything is checked before
         anything is copied: a shape mismatch (always) or, with ``strict``, a missing or an
         unexpected key raises a RuntimeError that lists them all by name, and the model is
-        left as it was."""
+        left as it was. A parameter shared by several names (a tied embedding) is copied
+        once when its names are given the same value object."""
         if not hasattr(state_dict, "items"):
             raise TypeError(f"load_state_dict: expected a dict of name -> tensor, got "
                             f"{type(state_dict).__name__}")
@@ -402,9 +403,13 @@ class Module:
         if errors:
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n  "
                                + "\n  ".join(errors))
+        copied: Dict[int, Any] = {}  # id(parameter) -> the value copied into it
         with no_grad():
             for key, value in values.items():
                 target = own[key]
+                if copied.get(id(target)) is value:  # a tied name given the same value
+                    continue  # (a tied lm_head): copied once
+                copied[id(target)] = value
                 if not isinstance(value, Tensor) and hasattr(value, "detach"):
                     value = value.detach()  # another framework's tensor (torch's parameters)
                 source = value if isinstance(value, Tensor) else Tensor(value)

@@ -31,8 +31,7 @@ from ..memory import check_workload, workload
 from ..model_from_config import build_model
 from ..nn import CausalLM, GPTConfig, init
 from .hf_config import PretrainedError
-from .hf_folder import open_weights, read_folder
-from .hf_weights import VOCAB_ROWS, load_file_tensors, map_file_tensors
+from .hf_folder import load_folder_weights, read_folder
 from .hub import HUB_PREFIX, hub_folder
 
 __all__ = ["Pretrained", "PretrainedError", "from_pretrained", "load_pretrained",
@@ -78,7 +77,9 @@ def resolve_source(source: Union[str, Path]) -> Path:
 def load_pretrained(source: Union[str, Path], device: str = "cpu", *,
                     dtype: Optional[str] = None, block_size: Optional[int] = None,
                     keep_padding: bool = False,
-                    check_memory: Union[bool, MemoryCheck] = True) -> Pretrained:
+                    check_memory: Union[bool, MemoryCheck] = True,
+                    memory_advice: str = "pass check_memory=False to try anyway"
+                    ) -> Pretrained:
     """``source``'s model on ``device`` with its tokenizer and shape, or PretrainedError
     (one line: a missing or foreign source, a config this project does not compute, weights
     that disagree with the config, a pickle, a damaged file).
@@ -88,8 +89,9 @@ def load_pretrained(source: Union[str, Path], device: str = "cpu", *,
     tables are made that long; a Hub Llama may say 131072). ``keep_padding``: keep a
     vocabulary padded past the tokenizer's (sampling otherwise never draws padding ids).
     ``check_memory``: True checks the weights and a one-sequence KV cache against the
-    device's free memory before anything is read or built (``memory.py``); a callable
-    ``(config, dtype)`` replaces that check; False skips it."""
+    device's free memory before anything is read or built (``memory.py``; a refusal,
+    MemoryLimitError, ends with ``memory_advice``); a callable ``(config, dtype)``
+    replaces that check; False skips it."""
     if dtype is not None and dtype not in _DTYPES:
         raise PretrainedError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     if block_size is not None and not (isinstance(block_size, numbers.Integral) and
@@ -98,8 +100,8 @@ def load_pretrained(source: Union[str, Path], device: str = "cpu", *,
         raise PretrainedError(f"block_size must be a positive int, got {block_size!r}")
 
     def memory_check(from_checkpoint: bool) -> Optional[MemoryCheck]:
-        return _default_memory_check(device, from_checkpoint) if check_memory is True else \
-            check_memory or None
+        return _default_memory_check(device, from_checkpoint, memory_advice) \
+            if check_memory is True else check_memory or None
     path = resolve_source(source)
     if path.is_dir() and (path / "config.json").is_file():
         return _load_folder(str(source), path, device, dtype or "float32", block_size, keep_padding,
@@ -111,45 +113,41 @@ def load_pretrained(source: Union[str, Path], device: str = "cpu", *,
                             memory_check(True))  # the checkpoint's arrays all held
 
 
-def _default_memory_check(device: str, from_checkpoint: bool) -> MemoryCheck:
+def _default_memory_check(device: str, from_checkpoint: bool, advice: str) -> MemoryCheck:
     from ..backend import get_backend
 
     def check(config: GPTConfig, dtype: str) -> None:
         names = {"n_layer": "n_layer", "n_embd": "n_embd", "block_size": "block_size",
-                 "vocab_size": "vocab_size", "n_kv_head": "n_kv_head",
-                 "ffn_hidden": "ffn_hidden"}
+                 "vocab_size": "vocab_size"}
+        if config.arch == "llama":  # the KV cache's heads, the MLP's width
+            names.update(n_kv_head="n_kv_head", ffn_hidden="ffn_hidden")
         check_workload(workload("generate", config, dtype=dtype, device=device,
                                 from_checkpoint=from_checkpoint), get_backend(device), None,
-                       names, "pass check_memory=False to try anyway")
+                       names, advice)
     return check
 
 
 def _load_folder(source: str, path: Path, device: str, dtype: str,
                  block_size: Optional[int], keep_padding: bool,
                  memory_check: Optional[MemoryCheck]) -> Pretrained:
-    folder = read_folder(path, block_size)
+    folder = read_folder(path)
     config, tokenizer = folder.config, folder.tokenizer
-    rows: Dict[str, int] = {}
     if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
         raise PretrainedError(f"{path}: the tokenizer has {tokenizer.vocab_size} tokens but "
                               f"config.json's vocab_size is {config.vocab_size}")
-    if tokenizer is not None and tokenizer.vocab_size < config.vocab_size and not keep_padding:
+    if tokenizer is not None and not keep_padding:
         # a vocabulary padded for speed: the padding rows are never read or sampled
-        rows.update({key: tokenizer.vocab_size for key in VOCAB_ROWS})
         config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
-    if config.arch == "gpt2":
-        rows["transformer.wpe.weight"] = config.block_size  # a cropped context
+    if block_size is not None:  # a GPT-2's position table read only that far; a Llama's
+        # rotary tables and KV cache made that long
+        config = dataclasses.replace(config, block_size=min(block_size, config.block_size))
     if memory_check is not None:
         memory_check(config, dtype)
-    with open_weights(folder.files) as entries:
-        # every weight is read from the files (map_file_tensors checks it): no random init;
-        # a float64 model is cast from float32 memory never written, quietly
-        with init.skipped(), np.errstate(invalid="ignore", over="ignore"):
-            model = build_model(config, _DTYPES[dtype])
-        own = {key: tuple(value.shape) for key, value in model.state_dict().items()}
-        weights = map_file_tensors(config, own, entries, str(path), rows,
-                                   folder.declared_rows)
-        load_file_tensors(model, weights)  # one file tensor read at a time
+    # every weight is read from the files (map_file_tensors checks it): no random init;
+    # a float64 model is cast from float32 memory never written, quietly
+    with init.skipped(), np.errstate(invalid="ignore", over="ignore"):
+        model = build_model(config, _DTYPES[dtype])
+    load_folder_weights(model, folder)  # one file tensor read at a time
     return Pretrained(model.to(device).eval(), tokenizer, config, source, "hf", path,
                       dict(folder.special))
 

@@ -9,7 +9,7 @@ model that would silently compute something different.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 from ..nn import GPTConfig
 
@@ -26,11 +26,9 @@ class PretrainedError(ValueError):
     """A source that cannot be loaded or written: one line naming what and why."""
 
 
-def config_from_hf(data: Any, where: str, block_size: Optional[int] = None) -> GPTConfig:
+def config_from_hf(data: Any, where: str) -> GPTConfig:
     """The GPTConfig of a Hugging Face config.json's contents ``data`` (read from
-    ``where``, named in errors); ``block_size`` below the source's context crops it (a GPT-2's
-    position table is then read only that far; a Llama's rotary tables and KV cache are
-    made that long)."""
+    ``where``, named in errors)."""
     if not isinstance(data, dict):
         raise PretrainedError(f"{where}: expected a JSON object, got {type(data).__name__}")
     model_type = data.get("model_type")
@@ -52,11 +50,6 @@ def config_from_hf(data: Any, where: str, block_size: Optional[int] = None) -> G
 
     shape = _gpt2(data, get, refuse_unless) if model_type == "gpt2" else \
         _llama(data, get, refuse_unless)
-    if block_size is not None:
-        if not isinstance(block_size, numbers.Integral) or isinstance(block_size, bool) or \
-                block_size < 1:
-            raise PretrainedError(f"block_size must be a positive int, got {block_size!r}")
-        shape["block_size"] = min(int(block_size), shape["block_size"])
     try:
         return GPTConfig(**shape, dropout=0.0)
     except ValueError as exc:  # GPTConfig's own rules: heads dividing the width...

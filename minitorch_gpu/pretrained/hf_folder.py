@@ -20,9 +20,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..data.tokenizer import END_OF_TEXT, BPETokenizer, Tokenizer, tokenizer_from_json
 from ..nn import GPTConfig
 from .hf_config import PretrainedError, config_from_hf
-from .hf_weights import VOCAB_ROWS
+from .hf_weights import VOCAB_ROWS, map_file_tensors
 
-__all__ = ["HFFolder", "PICKLES", "WeightsFile", "open_weights", "read_folder"]
+__all__ = ["HFFolder", "PICKLES", "WeightsFile", "load_folder_weights", "open_weights",
+           "read_folder"]
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -40,12 +41,9 @@ class HFFolder:
     files: List[Path]
     tokenizer: Optional[Tokenizer]
     special: Dict[str, Any]  # config.json's bos_token_id / eos_token_id
-    # the rows config.json declares for the arrays a load may keep fewer of (the position
-    # table, the vocabulary's): a file with more is refused, not cut silently
-    declared_rows: Dict[str, int]
 
 
-def read_folder(path: Path, block_size: Optional[int] = None) -> HFFolder:
+def read_folder(path: Path) -> HFFolder:
     """The folder's config, weight files and tokenizer, or PretrainedError (one line)."""
     config_path = path / "config.json"
     if not config_path.is_file():
@@ -55,14 +53,10 @@ def read_folder(path: Path, block_size: Optional[int] = None) -> HFFolder:
         data = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise PretrainedError(f"{config_path}: not readable JSON ({exc})") from None
-    config = config_from_hf(data, str(config_path), block_size)
+    config = config_from_hf(data, str(config_path))
     special = {key: data[key] for key in ("bos_token_id", "eos_token_id")
                if _token_ids(data.get(key))}  # an id, or a list of them (Llama 3's eos)
-    full = config if block_size is None else config_from_hf(data, str(config_path))
-    declared = {key: full.vocab_size for key in VOCAB_ROWS}
-    if full.arch == "gpt2":
-        declared["transformer.wpe.weight"] = full.block_size
-    return HFFolder(path, config, _weight_files(path), _tokenizer(path), special, declared)
+    return HFFolder(path, config, _weight_files(path), _tokenizer(path), special)
 
 
 def _token_ids(value: Any) -> bool:
@@ -159,6 +153,20 @@ def open_weights(files: List[Path]):
             except (SafetensorError, OSError) as exc:
                 raise _unreadable(path, exc) from None
     yield entries
+
+
+def load_folder_weights(model: Any, folder: HFFolder) -> None:
+    """Copy the folder's weights into ``model``: folder.config's model, or one keeping
+    fewer rows of it (a vocabulary cut back to the tokenizer's, a GPT-2's context cropped),
+    whose arrays must still hold the rows config.json declares. Every name and shape is
+    checked from the headers before the first tensor is read; then one at a time."""
+    ours, theirs = model.config, folder.config
+    rows = {key: (theirs.vocab_size, ours.vocab_size) for key in VOCAB_ROWS}
+    if ours.arch == "gpt2":
+        rows["transformer.wpe.weight"] = (theirs.block_size, ours.block_size)
+    own = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    with open_weights(folder.files) as entries:
+        model.load_state_dict(map_file_tensors(ours, own, entries, str(folder.path), rows))
 
 
 def _unreadable(path: Path, exc: Exception) -> PretrainedError:

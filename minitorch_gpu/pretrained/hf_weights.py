@@ -25,7 +25,7 @@ from ..nn import GPTConfig
 from .hf_config import PretrainedError
 
 __all__ = ["CONV1D", "VOCAB_ROWS", "FileTensor", "export_arrays", "ignored_key", "is_conv1d",
-           "load_file_tensors", "map_file_tensors"]
+           "map_file_tensors"]
 
 # GPT-2's Conv1D weights, stored (in, out)
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -50,9 +50,9 @@ def ignored_key(key: str) -> bool:
 class FileTensor:
     """One weight in a safetensors file (``handle``: a ``hf_folder.WeightsFile``), read
     only when ``detach()`` is called: what ``Module.load_state_dict`` copies from, so one
-    array at a time is in memory. ``rows``
-    keeps only the first rows (a vocabulary cut back, a position table cropped);
-    ``transpose`` turns a Conv1D's (in, out) into a Linear's (out, in)."""
+    array at a time is in memory. ``rows`` keeps only the first rows (a vocabulary cut
+    back, a position table cropped); ``transpose`` turns a Conv1D's (in, out) into a
+    Linear's (out, in)."""
 
     def __init__(self, handle: Any, name: str, shape: Tuple[int, ...], transpose: bool,
                  rows: Optional[int]) -> None:
@@ -70,23 +70,16 @@ class FileTensor:
                 array = handle.get_slice(self.name)[:self.rows]
         return np.ascontiguousarray(array.T if self.transpose else array)
 
-    def same_read(self, other: "FileTensor") -> bool:
-        """Whether ``other`` reads the very same array (a tied lm_head read from the
-        embedding's tensor)."""
-        return (self.handle, self.name, self.transpose, self.rows) == \
-            (other.handle, other.name, other.transpose, other.rows)
-
 
 def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]],
                      entries: Mapping[str, Tuple[Any, str, Tuple[int, ...]]],
-                     where: str, rows: Mapping[str, int],
-                     declared: Optional[Mapping[str, int]] = None) -> Dict[str, FileTensor]:
+                     where: str, rows: Mapping[str, Tuple[int, int]]) -> Dict[str, FileTensor]:
     """Our state dict's keys -> FileTensors, from ``entries`` (each file key -> (handle,
     dtype name, shape), read from the headers alone). Every key the model has must be
-    found with its shape (a tied lm_head is read from the embedding), and every key of
-    the file must be used; else PretrainedError naming the first few. ``rows[key]``:
-    keep only that many leading rows of our key, which must store ``declared[key]``
-    rows (what config.json says) where that is given."""
+    found with its shape (a tied lm_head is the embedding's FileTensor itself, so it is
+    read and copied once), and every key of the file must be used; else PretrainedError
+    naming the first few. ``rows[key] = (stored, kept)``: the file must hold ``stored``
+    rows of our key (what config.json declares) and the first ``kept`` are read."""
     prefix = _PREFIX[config.arch]
     by_name: Dict[str, str] = {}  # our name -> file key, both spellings of the prefix
     for file_key in entries:
@@ -114,45 +107,27 @@ def map_file_tensors(config: GPTConfig, own_shapes: Mapping[str, Tuple[int, ...]
                               f"that the {config.arch} config.json describes has no place "
                               f"for: {_few(unexpected)}")
     out: Dict[str, FileTensor] = {}
+    made: Dict[Tuple[str, Optional[int]], FileTensor] = {}  # one per array read
     for key, shape in own_shapes.items():
-        handle, dtype, stored = entries[by_name[key]]
+        name = by_name[key]
+        handle, dtype, stored = entries[name]
         if dtype not in _FLOATS:
-            raise PretrainedError(f"{where}: {by_name[key]} is {dtype}; expected floats "
+            raise PretrainedError(f"{where}: {name} is {dtype}; expected floats "
                                   f"({', '.join(_FLOATS)})")
-        tensor = FileTensor(handle, by_name[key], tuple(stored), is_conv1d(config, key),
-                            rows.get(key))
+        declared, kept = rows.get(key, (None, None))
+        transpose = is_conv1d(config, key)
+        tensor = made.setdefault((name, kept), FileTensor(handle, name, tuple(stored),
+                                                          transpose, kept))
         if tensor.shape != tuple(shape):
-            want = tuple(shape)[::-1] if tensor.transpose else tuple(shape)
-            raise PretrainedError(f"{where}: {by_name[key]} has shape {tuple(stored)}, but "
+            want = tuple(shape)[::-1] if transpose else tuple(shape)
+            raise PretrainedError(f"{where}: {name} has shape {tuple(stored)}, but "
                                   f"config.json's model needs {want}"
-                                  f"{' (stored transposed, as Conv1D)' if tensor.transpose else ''}"
-                                  f"{'' if rows.get(key) is None else ' or more rows'}")
-        expected = (declared or {}).get(key)
-        if rows.get(key) is not None and expected is not None and stored[0] != expected:
-            raise PretrainedError(f"{where}: {by_name[key]} has {stored[0]} rows, but "
-                                  f"config.json's model has {expected}")
+                                  f"{' (stored transposed, as Conv1D)' if transpose else ''}")
+        if declared is not None and stored[0] != declared:  # more rows than config.json says
+            raise PretrainedError(f"{where}: {name} has {stored[0]} rows, but config.json's "
+                                  f"model has {declared}")
         out[key] = tensor
     return out
-
-
-def load_file_tensors(model: Any, weights: Mapping[str, FileTensor]) -> None:
-    """``model.load_state_dict(weights)``, reading each file tensor once: a key whose
-    parameter is an earlier key's (a tied lm_head) and that reads the same array is left
-    out rather than read and copied a second time. ``weights`` must name every key of the
-    model (``map_file_tensors`` checked it)."""
-    own = model.state_dict(keep_vars=True)
-    first: Dict[int, FileTensor] = {}  # id(parameter) -> what it is first read from
-    reads, tied = {}, set()
-    for key, tensor in weights.items():
-        earlier = first.setdefault(id(own[key]), tensor)
-        if earlier is not tensor and earlier.same_read(tensor):
-            tied.add(key)
-        else:
-            reads[key] = tensor
-    result = model.load_state_dict(reads, strict=not tied)
-    if set(result.missing_keys) - tied or result.unexpected_keys:  # cannot happen
-        raise PretrainedError(f"not loaded: {_few(sorted(set(result.missing_keys) - tied))}"
-                              f"; unexpected: {_few(result.unexpected_keys)}")
 
 
 def export_arrays(config: GPTConfig, state: Mapping[str, np.ndarray]
