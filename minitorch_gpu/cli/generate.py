@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from ..memory import check_workload, workload
 from .errors import EXIT_INTERRUPTED, error
 from .options import add_memory_argument
 
@@ -76,20 +74,11 @@ def _generate(args: argparse.Namespace) -> int:
     from ..memory import MemoryLimitError
     from ..pretrained import PretrainedError, load_pretrained
 
-    def check_memory(config: Any, dtype: str) -> None:
-        if not args.ignore_memory_check:  # the weights, the KV cache of a batch of one
-            names = {"n_layer": "n_layer", "n_embd": "n_embd", "block_size": "block_size",
-                     "vocab_size": "vocab_size"}
-            if config.arch == "llama":  # the KV cache's heads, the MLP's width
-                names.update(n_kv_head="n_kv_head", ffn_hidden="ffn_hidden")
-            check_workload(workload("generate", config, dtype=dtype, device=args.device,
-                                    from_checkpoint=True), get_backend(args.device), None,
-                           names,
-                           "pass --ignore-memory-check to try anyway, or --block-size")
-
-    try:
+    try:  # the weights and the KV cache of a batch of one, checked before they are read
         loaded = load_pretrained(args.checkpoint, args.device, block_size=args.block_size,
-                                 check_memory=check_memory)
+                                 check_memory=not args.ignore_memory_check,
+                                 memory_advice="pass --ignore-memory-check to try anyway, "
+                                               "or --block-size")
     except (PretrainedError, MemoryLimitError) as exc:
         return error("generate", str(exc))
     model, tokenizer = loaded.model, loaded.tokenizer
