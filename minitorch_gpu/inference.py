@@ -21,7 +21,7 @@ from .memory import check_model_arrays
 from .model_from_config import DTYPES, build_model
 from .nn import CausalLM, GPTConfig
 
-__all__ = ["resolve_checkpoint", "load_for_inference", "stream_text"]
+__all__ = ["checkpoint_model", "resolve_checkpoint", "load_for_inference", "stream_text"]
 
 # the (vocab_size, n_embd) arrays: a GPT's and a Llama's token embedding and lm_head (one
 # array when tied, two when not)
@@ -39,6 +39,16 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
                 return path / name
         raise CheckpointError(f"{path} is a directory with no best.ckpt or last.ckpt in it")
     return path
+
+
+def checkpoint_model(meta: Dict[str, Any], path: Union[str, Path]) -> Tuple[GPTConfig, Any]:
+    """(model shape, tokenizer) a checkpoint's metadata describes; CheckpointError (one
+    line) when either is missing or unusable."""
+    try:
+        return GPTConfig.from_dict(meta["model_config"]), tokenizer_from_json(meta["tokenizer"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: the checkpoint has no usable model config or "
+                              f"tokenizer ({type(exc).__name__}: {exc})") from None
 
 
 def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
@@ -61,12 +71,7 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
     found: Dict[str, Any] = {}
 
     def check(meta: Dict[str, Any], table: Dict[str, Any], file_size: int) -> None:
-        try:
-            found["config"] = GPTConfig.from_dict(meta["model_config"])
-            found["tokenizer"] = tokenizer_from_json(meta["tokenizer"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{path}: the checkpoint has no usable model config or "
-                                  f"tokenizer ({type(exc).__name__}: {exc})") from None
+        found["config"], found["tokenizer"] = checkpoint_model(meta, path)
         # the trainer keeps float32 weights for float32 and bf16 runs; a file saved by
         # other means may say no dtype: then any float, cast by load_state_dict
         try:

@@ -56,7 +56,9 @@ def export_hf(source: Union[str, Path], out_dir: Union[str, Path], *,
     special = _special_ids(loaded.meta, tokenizer)
     state = {key: value.detach().numpy() for key, value in loaded.model.state_dict().items()}
     cast = EXPORT_DTYPES[dtype]
-    tensors = [(key, array.astype(cast)) for key, array in export_arrays(config, state)]
+    # the model's own arrays where no cast is asked for: no second copy of the weights
+    tensors = [(key, array.astype(cast, copy=False))
+               for key, array in export_arrays(config, state)]
     out.mkdir(parents=True, exist_ok=True)
     for name in _STALE:  # an earlier model's, which a reader would pair with this one's
         (out / name).unlink(missing_ok=True)

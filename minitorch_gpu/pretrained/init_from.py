@@ -16,25 +16,24 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ..atomic import atomic_write
 from ..checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta
 from ..config import Config, ConfigError
 from ..data.sources import cache_root
-from ..data.tokenizer import Tokenizer, tokenizer_from_json
+from ..data.tokenizer import Tokenizer
 from ..nn import CausalLM, GPTConfig
 from . import resolve_source
 from .hf_config import PretrainedError
-from .hf_folder import HFFolder, open_weights, read_folder
-from .hf_weights import map_file_tensors
+from .hf_folder import HFFolder, load_folder_weights, read_folder
 
 __all__ = ["InitSource", "SCRATCH", "start_from"]
 
 SCRATCH = "scratch"
 # the model keys the source decides; block_size may be cropped, dropout is the run's
 _SOURCE_KEYS = [f.name for f in dataclasses.fields(GPTConfig)
-                if f.name not in ("block_size", "dropout")] + ["pad_vocab_to"]
+                if f.name not in ("block_size", "dropout")]
 _DATA_KEYS = ("tokenizer", "tokenizer_path", "vocab_size")  # the tokenizer is the source's
 
 
@@ -51,21 +50,16 @@ class InitSource:
     def load_weights(self, model: CausalLM) -> None:
         """Copy the source's weights into ``model`` (built from the config start_from
         filled in; a cropped context reads the first block_size positions)."""
-        block = model.config.block_size
         if self.folder is not None:
-            rows = {"transformer.wpe.weight": block} if self.config.arch == "gpt2" else {}
-            own = {key: tuple(value.shape) for key, value in model.state_dict().items()}
-            with open_weights(self.folder.files) as entries:
-                model.load_state_dict(map_file_tensors(model.config, own, entries,
-                                                       str(self.path), rows,
-                                                       self.folder.declared_rows))
+            load_folder_weights(model, self.folder)
             return
         try:
             weights = load_checkpoint(self.path, load_optimizer=False).model
         except CheckpointError as exc:
             raise PretrainedError(str(exc)) from None
         if "transformer.wpe.weight" in weights:
-            weights["transformer.wpe.weight"] = weights["transformer.wpe.weight"][:block]
+            weights["transformer.wpe.weight"] = \
+                weights["transformer.wpe.weight"][:model.config.block_size]
         model.load_state_dict(weights)
 
 
@@ -82,7 +76,7 @@ def start_from(cfg: Config) -> Optional[InitSource]:
     if given is None:
         given = {f.name for f in dataclasses.fields(m) if getattr(m, f.name) != f.default}
     src = init.config
-    for key in _SOURCE_KEYS:
+    for key in _SOURCE_KEYS + ["pad_vocab_to"]:  # the source's vocabulary is not padded
         ours, theirs = getattr(m, key), getattr(src, key, 1)
         if key in given and ours != theirs and not (key == "vocab_size" and ours is None):
             raise ConfigError(f"config key 'model.{key}': {ours!r} disagrees with model."
@@ -96,7 +90,7 @@ def start_from(cfg: Config) -> Optional[InitSource]:
         if key in getattr(d, "given", ()):
             raise ConfigError(f"config key 'data.{key}': the tokenizer comes from "
                               f"model.init_from ({m.init_from}); leave it out")
-    for key in _SOURCE_KEYS[:-1]:
+    for key in _SOURCE_KEYS:
         setattr(m, key, getattr(src, key))
     m.pad_vocab_to = 1
     if "block_size" not in given:
@@ -114,17 +108,12 @@ def _read_source(source: str) -> InitSource:
             raise PretrainedError(f"{path}: has no tokenizer (tokenizer.json, or vocab.json "
                                   f"and merges.txt); training needs the source's tokenizer")
         return InitSource(source, folder.config, folder.tokenizer, path, folder)
-    from ..inference import resolve_checkpoint
+    from ..inference import checkpoint_model, resolve_checkpoint
     try:
         file = resolve_checkpoint(path)
-        meta = read_checkpoint_meta(file)
-        config = GPTConfig.from_dict(meta["model_config"])
-        tokenizer = tokenizer_from_json(meta["tokenizer"])
+        config, tokenizer = checkpoint_model(read_checkpoint_meta(file), file)
     except CheckpointError as exc:
         raise PretrainedError(str(exc)) from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PretrainedError(f"{path}: no usable model config or tokenizer in the "
-                              f"checkpoint ({type(exc).__name__}: {exc})") from None
     return InitSource(source, config, tokenizer, file, None)
 
 
@@ -141,7 +130,7 @@ def _cache_tokenizer(cfg: Config, tokenizer: Tokenizer) -> Path:
     return path
 
 
-def describe(init: Any) -> str:
+def describe(init: InitSource) -> str:
     """One line for the log: what the run starts from."""
     c = init.config
     return (f"init_from {init.source}: a {c.arch} of {c.n_layer} layers, {c.n_embd} wide, "
