@@ -9,12 +9,16 @@ is installed.
     tokens = reference.generate(to_torch(prompt), 200, window_shift=32)   # with a KV cache
     optimizer = torch_adamw(reference, 0.1, 1e-3, (0.9, 0.99))  # our GPT's AdamW groups
 
-Attention is written as explicit matrix products (scores, causal mask, softmax, weighted
-sum), the same arithmetic as this project's unfused attention. ``TorchLlama`` is written
-plainly from the Llama paper and Hugging Face's ``modeling_llama``: what a reader compares
-our fused ops (rms_norm, apply_rotary, swiglu, grouped_causal_attention) against.
+Attention is one of two forms (``attention=``, ``causal_attention``): "explicit", the
+default, matrix products written out (scores, causal mask, softmax, weighted sum), the
+same arithmetic as this project's unfused attention; or "sdpa", torch's fused
+``scaled_dot_product_attention``, what ``bench --vs-torch`` times as "torch". Both give
+the same numbers to rounding. ``TorchLlama`` is written plainly from the Llama paper and
+Hugging Face's ``modeling_llama``: what a reader compares our fused ops (rms_norm,
+apply_rotary, swiglu, grouped_causal_attention) against. Both models have a KV cache
+(``TorchKVCache``) and a ``generate`` that slides its window as ours does.
 
-    reference = TorchLlama.from_ours(llama)    # Hugging Face's names, key by key
+    reference = TorchLlama.from_ours(llama, attention="sdpa")   # Hugging Face's names
 """
 from __future__ import annotations
 
@@ -26,11 +30,14 @@ import torch
 from torch import nn as tnn
 from torch.nn import functional as tF
 
-from .nn import GPT, GPTConfig, Llama
+from .nn import CausalLM, GPTConfig
 from .tensor import Tensor
 
-__all__ = ["TorchBlock", "TorchGPT", "TorchKVCache", "TorchLlama", "TorchLlamaLayer",
-           "TorchRMSNorm", "to_torch", "torch_adamw", "torch_rotary"]
+__all__ = ["ATTENTION_FORMS", "TorchBlock", "TorchCausalLM", "TorchGPT", "TorchKVCache",
+           "TorchLlama", "TorchLlamaLayer", "TorchRMSNorm", "causal_attention", "to_torch",
+           "torch_adamw", "torch_rotary"]
+
+ATTENTION_FORMS = ("explicit", "sdpa")  # causal_attention's forms; the models' attention=
 
 
 def to_torch(t: Tensor) -> torch.Tensor:
@@ -49,10 +56,45 @@ def torch_adamw(model: tnn.Module, weight_decay: float, lr: float,
         lr=lr, betas=betas, eps=eps)
 
 
+def check_attention(attention: str) -> str:
+    """``attention`` if it is one of ATTENTION_FORMS, else a ValueError naming them."""
+    if attention not in ATTENTION_FORMS:
+        raise ValueError(f"torch_reference: unknown attention {attention!r}, expected one of "
+                         f"{', '.join(ATTENTION_FORMS)}")
+    return attention
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0,
+                     attention: str = "explicit") -> torch.Tensor:
+    """Causal attention of queries q (B, H, T, D) at positions start .. start + T - 1 over
+    keys and values k, v (B, Hkv, start + T, D) of positions 0 .. start + T - 1: (B, H, T,
+    D). Query head h reads key/value head h // (H // Hkv) (grouped-query when Hkv < H).
+
+    "explicit": k and v repeated over their group, scores, the mask (query i sees keys up
+    to start + i: ``tril(start)``), softmax, weighted sum. "sdpa": torch's
+    ``scaled_dot_product_attention`` with ``enable_gqa`` (no repeat); ``is_causal`` only
+    from position 0, as its causal mask is aligned to the top left (query i sees keys up
+    to i), which would be wrong after a cache; a single new position sees every key and
+    needs no mask, and a longer continuation is given the explicit boolean mask."""
+    T, S, D = q.shape[2], k.shape[2], q.shape[3]
+    group = q.shape[1] // k.shape[1]
+    if attention == "sdpa":
+        if start == 0:  # T == S
+            return tF.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                   enable_gqa=group > 1)
+        mask = None if T == 1 else torch.ones(T, S, dtype=torch.bool).tril(start)
+        return tF.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=group > 1)
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(D)  # (B, H, T, S)
+    mask = torch.ones(T, S, dtype=torch.bool).tril(start)
+    return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v  # (B, H, T, D)
+
+
 class TorchBlock(tnn.Module):
-    def __init__(self, d: int, n_head: int, bias: bool = True):
+    def __init__(self, d: int, n_head: int, bias: bool = True, attention: str = "explicit"):
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.attention = n_head, check_attention(attention)
         self.ln_1, self.ln_2 = tnn.LayerNorm(d, bias=bias), tnn.LayerNorm(d, bias=bias)
         self.attn = tnn.Module()
         self.attn.c_attn = tnn.Linear(d, 3 * d, bias=bias)
@@ -70,30 +112,61 @@ class TorchBlock(tnn.Module):
         if cache is not None:  # keys and values of the positions before these T
             start = cache.length
             k, v = cache.append(layer, k, v)  # (B, nh, start + T, hs)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])  # (B, nh, T, start + T)
-        mask = torch.ones(T, start + T, dtype=torch.bool).tril(start)
-        y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v  # (B, nh, T, hs)
+        y = causal_attention(q, k, v, start, self.attention)  # (B, nh, T, hs)
         x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.mlp.c_proj(tF.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
-class TorchGPT(tnn.Module):
-    def __init__(self, c: GPTConfig):
+class TorchCausalLM(tnn.Module):
+    """What TorchGPT and TorchLlama share: ``config``, ``from_ours`` and ``generate``."""
+
+    config: GPTConfig
+
+    @classmethod
+    def from_ours(cls, model: CausalLM, attention: str = "explicit") -> "TorchCausalLM":
+        """The same model in torch: ``model``'s config, dtype and weights (key by key)."""
+        state = {k: to_torch(v) for k, v in model.state_dict().items()}
+        reference = cls(model.config, attention).to(state["lm_head.weight"].dtype)
+        reference.load_state_dict(state, strict=True)  # every key matches, shapes included
+        return reference
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 window_shift: int = 1) -> torch.Tensor:
+        """Sample ``max_new_tokens`` after ``idx`` (B, T) with a KV cache (temperature 0:
+        greedy), sliding the window as our ``generate`` does: when the text outgrows
+        ``block_size`` the oldest ``window_shift`` tokens are dropped and the rest runs
+        again as a new prompt, from position 0."""
+        block_size = self.config.block_size
+        cache, start = None, max(0, idx.shape[1] - block_size)
+        for _ in range(max_new_tokens):
+            if idx.shape[1] - start > block_size:
+                start, cache = idx.shape[1] - (block_size + 1 - window_shift), None
+            if cache is None:
+                cache = TorchKVCache(self, idx.shape[0])
+                logits, _ = self(idx[:, start:], cache=cache)
+            else:
+                logits, _ = self(idx[:, -1:], cache=cache)
+            if temperature == 0:
+                next_token = logits[:, -1, :].argmax(dim=-1, keepdim=True)
+            else:
+                probs = (logits[:, -1, :] / temperature).softmax(dim=-1)
+                next_token = torch.multinomial(probs, 1)
+            idx = torch.cat([idx, next_token], dim=1)
+        return idx
+
+
+class TorchGPT(TorchCausalLM):
+    def __init__(self, c: GPTConfig, attention: str = "explicit"):
         super().__init__()
+        self.config = c
         self.transformer = tnn.ModuleDict(dict(
             wte=tnn.Embedding(c.vocab_size, c.n_embd), wpe=tnn.Embedding(c.block_size, c.n_embd),
-            h=tnn.ModuleList(TorchBlock(c.n_embd, c.n_head, c.bias) for _ in range(c.n_layer)),
+            h=tnn.ModuleList(TorchBlock(c.n_embd, c.n_head, c.bias, attention)
+                             for _ in range(c.n_layer)),
             ln_f=tnn.LayerNorm(c.n_embd, bias=c.bias)))
         self.lm_head = tnn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
-
-    @classmethod
-    def from_ours(cls, model: GPT) -> "TorchGPT":
-        """The same GPT in torch: ``model``'s config, dtype and weights (key by key)."""
-        state = {k: to_torch(v) for k, v in model.state_dict().items()}
-        reference = cls(model.config).to(state["lm_head.weight"].dtype)
-        reference.load_state_dict(state, strict=True)  # every key matches, shapes included
-        return reference
 
     def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
                 cache: Optional["TorchKVCache"] = None):
@@ -112,37 +185,17 @@ class TorchGPT(tnn.Module):
         logits = self.lm_head(x)
         return logits, tF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
-    @torch.no_grad()
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 window_shift: int = 1) -> torch.Tensor:
-        """Sample ``max_new_tokens`` after ``idx`` (B, T) with a KV cache, sliding the window
-        as our ``GPT.generate`` does: when the text outgrows ``block_size`` the oldest
-        ``window_shift`` tokens are dropped and the rest runs again as a new prompt."""
-        block_size = self.transformer.wpe.weight.shape[0]
-        cache, start = None, max(0, idx.shape[1] - block_size)
-        for _ in range(max_new_tokens):
-            if idx.shape[1] - start > block_size:
-                start, cache = idx.shape[1] - (block_size + 1 - window_shift), None
-            if cache is None:
-                cache = TorchKVCache(self, idx.shape[0])
-                logits, _ = self(idx[:, start:], cache=cache)
-            else:
-                logits, _ = self(idx[:, -1:], cache=cache)
-            probs = (logits[:, -1, :] / temperature).softmax(dim=-1)
-            idx = torch.cat([idx, torch.multinomial(probs, 1)], dim=1)
-        return idx
-
 
 class TorchKVCache:
-    """Every layer's keys and values, in (B, n_head, block_size, head_dim) buffers made once."""
+    """Every layer's keys and values, in (B, kv_heads, block_size, head_dim) buffers made
+    once (a Llama's keys rotated, as ours); ``length`` the positions held."""
 
-    def __init__(self, model: TorchGPT, batch_size: int):
-        block = model.transformer.h[0]
-        block_size, d = model.transformer.wpe.weight.shape
-        shape = (batch_size, block.n_head, block_size, d // block.n_head)
+    def __init__(self, model: TorchCausalLM, batch_size: int):
+        c = model.config
+        shape = (batch_size, c.kv_heads, c.block_size, c.head_dim)
         dtype = model.lm_head.weight.dtype
-        self.keys = [torch.zeros(shape, dtype=dtype) for _ in model.transformer.h]
-        self.values = [torch.zeros(shape, dtype=dtype) for _ in model.transformer.h]
+        self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(c.n_layer)]
+        self.values = [torch.zeros(shape, dtype=dtype) for _ in range(c.n_layer)]
         self.length = 0
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
@@ -187,13 +240,14 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class TorchLlamaLayer(tnn.Module):
     """One decoder layer: x + o_proj(attention(rotary(q), rotary(k), v)) on
     input_layernorm(x), then + down_proj(silu(gate_proj(h)) * up_proj(h)) on
-    post_attention_layernorm(x). Keys and values are repeated over their query group
-    (``repeat_interleave``: query head h reads key/value head h // group)."""
+    post_attention_layernorm(x). Query head h reads key/value head h // group
+    (``causal_attention``)."""
 
-    def __init__(self, c: GPTConfig):
+    def __init__(self, c: GPTConfig, attention: str = "explicit"):
         super().__init__()
         C, H, Hkv, D, F = c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.ffn_hidden
         self.n_head, self.n_kv_head, self.head_dim = H, Hkv, D
+        self.attention = check_attention(attention)
         self.self_attn = tnn.Module()
         self.self_attn.q_proj = tnn.Linear(C, H * D, bias=c.bias)
         self.self_attn.k_proj = tnn.Linear(C, Hkv * D, bias=c.bias)
@@ -206,62 +260,63 @@ class TorchLlamaLayer(tnn.Module):
         self.input_layernorm = TorchRMSNorm(C, c.norm_eps)
         self.post_attention_layernorm = TorchRMSNorm(C, c.norm_eps)
 
-    def attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def attend(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               cache: Optional[TorchKVCache], layer: int) -> torch.Tensor:
         B, T, _ = x.shape
         a = self.self_attn
         q = a.q_proj(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = a.k_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = a.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-        group = self.n_head // self.n_kv_head
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B, H, T, T)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v  # (B, H, T, D)
+        start = 0
+        if cache is not None:  # rotated keys and values of the positions before these T
+            start = cache.length
+            k, v = cache.append(layer, k, v)  # (B, Hkv, start + T, D)
+        y = causal_attention(q, k, v, start, self.attention)  # (B, H, T, D)
         return a.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.input_layernorm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: Optional[TorchKVCache] = None, layer: int = 0) -> torch.Tensor:
+        x = x + self.attend(self.input_layernorm(x), cos, sin, cache, layer)
         h = self.post_attention_layernorm(x)
         m = self.mlp
         return x + m.down_proj(tF.silu(m.gate_proj(h)) * m.up_proj(h))
 
 
-class TorchLlama(tnn.Module):
+class TorchLlama(TorchCausalLM):
     """A Llama in torch eager with Hugging Face's ``LlamaForCausalLM`` names: model.
     embed_tokens, model.layers.N (self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
     input_layernorm, post_attention_layernorm), model.norm, lm_head (the embedding when
-    ``tie_embeddings``). Full sequences from position 0 only: no cache, no dropout."""
+    ``tie_embeddings``). No dropout."""
 
-    def __init__(self, c: GPTConfig):
+    def __init__(self, c: GPTConfig, attention: str = "explicit"):
         super().__init__()
         self.config = c
         self.model = tnn.Module()
         self.model.embed_tokens = tnn.Embedding(c.vocab_size, c.n_embd)
-        self.model.layers = tnn.ModuleList(TorchLlamaLayer(c) for _ in range(c.n_layer))
+        self.model.layers = tnn.ModuleList(TorchLlamaLayer(c, attention)
+                                           for _ in range(c.n_layer))
         self.model.norm = TorchRMSNorm(c.n_embd, c.norm_eps)
         self.lm_head = tnn.Linear(c.n_embd, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.model.embed_tokens.weight = self.lm_head.weight
 
-    @classmethod
-    def from_ours(cls, model: Llama) -> "TorchLlama":
-        """The same Llama in torch: ``model``'s config, dtype and weights (key by key)."""
-        state = {k: to_torch(v) for k, v in model.state_dict().items()}
-        reference = cls(model.config).to(state["lm_head.weight"].dtype)
-        reference.load_state_dict(state, strict=True)  # every key matches, shapes included
-        return reference
-
-    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None):
-        """``(logits, loss)`` of every position, as our ``model(idx, targets)``; the loss
-        ignores targets of -1, as ours."""
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                cache: Optional[TorchKVCache] = None):
+        """``(logits, loss)``, as our ``model(idx, targets)``: the loss ignores targets of
+        -1; without targets the last position's logits and no loss. With ``cache``,
+        ``idx`` continues its positions (the rotary angles of start .. start + T - 1)."""
         x = self.model.embed_tokens(idx)
         c = self.config
-        cos, sin = torch_rotary(c.head_dim, 0, idx.shape[1], c.rope_theta, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin)
-        logits = self.lm_head(self.model.norm(x))
+        start = cache.length if cache is not None else 0
+        cos, sin = torch_rotary(c.head_dim, start, idx.shape[1], c.rope_theta, x.dtype)
+        for number, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, cache, number)
+        x = self.model.norm(x)
+        if cache is not None:
+            cache.length += idx.shape[1]
         if targets is None:
-            return logits, None
+            return self.lm_head(x[:, -1:]), None
+        logits = self.lm_head(x)
         return logits, tF.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1),
                                         ignore_index=-1)
