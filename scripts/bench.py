@@ -1,4 +1,4 @@
-"""Training-step and generation speed of the GPT, optionally against PyTorch eager.
+"""Training-step and generation speed of the GPT and the Llama, optionally against PyTorch.
 
 The same as ``minitorch-gpu bench`` (see ``minitorch_gpu/bench.py``):
 

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from minitorch_gpu.bench import CASES, GPU_CASES, format_table, torch_available
+from minitorch_gpu.bench import (CASES, GPU_CASES, TORCH_SIDES, format_table,
+                                 parse_torch_sides, torch_available)
 from minitorch_gpu.cli import BENCH_CASES
 from minitorch_gpu.cli.bench import GPU_BENCH_CASES
 
@@ -15,9 +18,13 @@ RECORD_KEYS = {"case", "side", "threads", "step_ms", "train_tokens_per_s", "mfu"
                "train_memory_mb", "peak_rss_mb", "generate_tokens_per_s", "flops_per_step"}
 
 
-def bench(*args: str) -> subprocess.CompletedProcess:
+def bench(*args: str, env: dict = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "minitorch_gpu", "bench", "--quick", *args],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600,
+                          env=None if env is None else {**os.environ, **env})
+
+needs_torch = pytest.mark.skipif(not torch_available(), reason="the torch comparison needs "
+                                 "torch (a development-only tool)")
 
 
 def records(stdout: str) -> list:
@@ -53,19 +60,62 @@ def test_quick_bench_measures_every_case():
                                                            rel=0.01)
 
 
-@pytest.mark.skipif(not torch_available(), reason="the torch comparison needs torch "
-                                                  "(a development-only tool)")
+@needs_torch
 def test_quick_bench_against_torch_prints_ratios():
-    done = bench("--case", "baby", "--vs-torch", "--rounds", "2")
+    done = bench("--case", "baby", "--vs-torch", "--rounds", "2", "--torch-sides",
+                 "explicit,sdpa")
     assert done.returncode == 0, done.stderr
     lines = records(done.stdout)
-    per_round = [r for r in lines if "round" in r]
-    assert sorted((r["side"], r["round"]) for r in per_round) == [
-        ("minitorch", 0), ("minitorch", 1), ("torch", 0), ("torch", 1)]
+    per_round = [(r["side"], r["round"]) for r in lines if "round" in r]
+    assert per_round == [("minitorch", 0), ("torch", 0), ("torch-explicit", 0),
+                         ("minitorch", 1), ("torch", 1), ("torch-explicit", 1)]
     ratio = [r for r in lines if r.get("side") == "minitorch/torch"][-1]
-    ours = [r for r in lines if r.get("summary") and r.get("side") == "minitorch"][0]
+    best = [r for r in lines if r.get("side") == "minitorch/best-torch"][-1]
+    summary = {r["side"]: r for r in lines if r.get("summary") and r["case"] == "baby"}
     assert ratio["rounds"] == 2 and ratio["train_tokens_per_s"] > 0
-    assert ours["rounds"] == 2 and "ratio ours/torch" in done.stdout
+    assert summary["minitorch"]["rounds"] == 2 and summary["torch-explicit"]["rounds"] == 2
+    fastest = max(summary["torch"], summary["torch-explicit"],
+                  key=lambda r: r["train_tokens_per_s"])
+    assert best["best_side"]["train_tokens_per_s"] == fastest["side"]
+    assert best["train_tokens_per_s"] == pytest.approx(
+        summary["minitorch"]["train_tokens_per_s"] / fastest["train_tokens_per_s"])
+    for row in ("ratio ours/torch", "ratio ours/best", "torch-explicit"):
+        assert row in done.stdout
+
+
+@needs_torch
+def test_quick_bench_against_torch_runs_the_llama_and_torch_compile():
+    """The llama case has torch sides, generation included; torch.compile's side times
+    the compiled training step (generation is the eager side's), or, without a working
+    C++ compiler here, is a failed row with its reason."""
+    done = bench("--case", "llama", "--vs-torch", "--torch-sides", "sdpa,compile",
+                 "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    summary = {r["side"]: r for r in records(done.stdout) if r.get("summary") and "side" in r}
+    assert summary["torch"]["arch"] == "llama" and summary["torch"]["generate_tokens_per_s"] > 0
+    assert summary["torch"]["parameters"] == summary["minitorch"]["parameters"] == 804_224
+    compiled = summary["torch-compile"]
+    assert "generate_tokens_per_s" not in compiled
+    if shutil.which("g++") or shutil.which(os.environ.get("CXX", "g++")):
+        assert "failed" not in compiled, compiled["failed"]
+        assert compiled["train_tokens_per_s"] > 0 and "ratio ours/best" in done.stdout
+        assert "torch-compile: the training step under torch.compile" in done.stdout
+    assert "ratio ours/torch" in done.stdout
+
+
+@needs_torch
+def test_a_torch_side_that_fails_is_a_row_not_a_crash():
+    """torch.compile with no C++ compiler: its side is recorded as failed with its one-line
+    reason, and the other sides and the ratio go on."""
+    done = bench("--case", "baby", "--vs-torch", "--torch-sides", "sdpa,compile",
+                 "--no-generate", "--threads", "1", env={"CXX": "/nonexistent/g++"})
+    assert done.returncode == 0, done.stderr
+    summary = {r["side"]: r for r in records(done.stdout) if r.get("summary") and "side" in r}
+    reason = summary["torch-compile"]["failed"]
+    assert "compiler" in reason.lower() and "\n" not in reason
+    assert "torch-compile    failed: " in done.stdout and "ratio ours/torch" in done.stdout
+    assert summary["torch"]["train_tokens_per_s"] > 0
+    assert "minitorch/best-torch" not in summary  # one torch side measured: no best-of
 
 
 @pytest.mark.parametrize("args, message", [
@@ -76,10 +126,31 @@ def test_quick_bench_against_torch_prints_ratios():
     (["--cprofile", "-1"], "--cprofile must be >= 0"),
     (["--vs-torch", "--bf16"], "--vs-torch compares float32 steps on the CPU"),
     (["--device", "nonsense"], "--device: unknown device"),
+    (["--vs-torch", "--torch-sides", "sdpa,flash"], "--torch-sides: unknown torch side "
+     "'flash', expected some of sdpa,explicit,compile"),
+    (["--torch-sides", "sdpa"], "--torch-sides chooses the torch sides of --vs-torch"),
 ])
 def test_bad_options_are_one_line_errors(args, message):
     done = bench(*args)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_torch_sides_are_named_in_the_order_they_run():
+    assert parse_torch_sides("compile, sdpa") == ("torch", "torch-compile")
+    assert parse_torch_sides("explicit") == ("torch-explicit",)
+    assert parse_torch_sides(",".join(TORCH_SIDES)) == tuple(TORCH_SIDES.values())
+    with pytest.raises(ValueError, match="unknown torch side ''"):
+        parse_torch_sides("")
+
+
+@pytest.mark.parametrize("args, cases", [
+    ([], None),  # _bench reads None as every default case
+    (["--case", "baby", "llama"], ["baby", "llama"]),
+    (["--case", "baby", "--case", "llama"], ["baby", "llama"]),
+])
+def test_cases_are_one_list_or_repeated(args, cases):
+    from minitorch_gpu.cli import build_parser
+    assert build_parser().parse_args(["bench", *args]).case == cases
 
 
 def test_the_cli_offers_the_bench_cases():
@@ -120,29 +191,110 @@ def test_the_llama_case_trains_for_a_step_or_two():
     assert record["flops_per_step"] > 0 and 0 < record["mfu"] < 2
 
 
-def test_against_torch_the_llama_runs_our_side_alone(monkeypatch):
-    """torch_reference's Llama has no KV-cached generate: the case runs without a torch side or ratio, and the
-    table says so (the children are stood in for: no torch needed)."""
+def stand_in_children(monkeypatch, speeds: dict, failing: dict = {}) -> list:
+    """Stand in for bench's measuring processes (no torch needed): each side trains at
+    ``speeds[side]`` tokens/s (its round number added) and uses ``1000 / speed`` MB; a
+    torch-compile side has no generation; ``failing[side]`` lists the rounds that side
+    fails. Returns the (case, side) of each run, in order."""
     import minitorch_gpu.bench as bench_module
-    ran = []
+    ran, rounds = [], {}
 
     def child(what, **spec):
         if what == "peak":
             return {"case": "matmul_peak", "threads": 1, "gflop_per_s": 100.0}
-        ran.append((spec["case"], spec["side"]))
-        return {"case": spec["case"], "side": spec["side"], "threads": 1,
-                "step_ms": {"median": 10.0, "min": 9.0, "max": 11.0},
-                "train_tokens_per_s": 100.0, "flops_per_step": 1e9, "parameters": 10 ** 6,
-                "step_ns_per_param": 10.0, "train_memory_mb": 1.0, "peak_rss_mb": 2.0}
+        side = spec["side"]
+        ran.append((spec["case"], side))
+        round_ = rounds[spec["case"], side] = rounds.get((spec["case"], side), -1) + 1
+        if round_ in failing.get(side, ()):
+            return {"case": spec["case"], "side": side, "threads": 1,
+                    "failed": "InductorError: no C++ compiler"}
+        speed = speeds[side] + round_
+        record = {"case": spec["case"], "side": side, "threads": 1,
+                  "step_ms": {"median": 1e3 / speed, "min": 1.0, "max": 1e4},
+                  "train_tokens_per_s": speed, "flops_per_step": 1e9, "parameters": 10 ** 6,
+                  "step_ns_per_param": 10.0, "train_memory_mb": 1000 / speed,
+                  "peak_rss_mb": 2.0}
+        if side != "torch-compile":
+            record["generate_tokens_per_s"] = 2 * speed
+        return record
 
     monkeypatch.setattr(bench_module, "_run_child", child)
     monkeypatch.setattr(bench_module, "torch_available", lambda: True)
-    summary = bench_module.run_bench(["baby", "llama"], vs_torch=True, emit=lambda line: None)
+    return ran
+
+
+def test_against_torch_an_arch_without_a_reference_runs_our_side_alone(monkeypatch):
+    """A case whose arch torch_reference has no model of runs without a torch side or
+    ratio, and the table says so (the llama has one now: TORCH_ARCHS stood in for)."""
+    import minitorch_gpu.bench as bench_module
+    assert bench_module.TORCH_ARCHS == ("gpt2", "llama")
+    monkeypatch.setattr(bench_module, "TORCH_ARCHS", ("gpt2",))
+    ran = stand_in_children(monkeypatch, {"minitorch": 100, "torch": 50})
+    summary = bench_module.run_bench(["baby", "llama"], vs_torch=True, torch_sides=["torch"],
+                                     emit=lambda line: None)
     assert ran == [("baby", "minitorch"), ("baby", "torch"), ("llama", "minitorch")]
     sides = [(r["case"], r.get("side")) for r in summary[1:]]
     assert sides == [("baby", "minitorch"), ("baby", "torch"), ("baby", "minitorch/torch"),
                      ("llama", "minitorch")]
     assert "llama: no torch reference for this arch" in format_table(summary)
+
+
+def test_against_every_torch_side_ratios_and_the_best_of_them(monkeypatch):
+    """Every case (the llama too) runs ours and the three torch sides round by round;
+    ours/torch is the median of paired rounds against the SDPA eager side, ours/best is
+    against each column's best median (tokens/s the largest, memory the smallest) and
+    names the side; a side failing in a round is left out of that round, and one failing
+    in every round is a row with its reason."""
+    import minitorch_gpu.bench as bench_module
+    ran = stand_in_children(monkeypatch, {"minitorch": 100, "torch": 50, "torch-explicit": 40,
+                                          "torch-compile": 80},
+                            failing={"torch-compile": [1]})
+    summary = bench_module.run_bench(["baby", "llama"], vs_torch=True, rounds=3,
+                                     emit=lambda line: None)
+    assert ran == [(case, side) for case in ("baby", "llama") for _ in range(3)
+                   for side in ("minitorch", "torch", "torch-explicit", "torch-compile")]
+    baby = {r["side"]: r for r in summary if r["case"] == "baby"}
+    assert list(baby) == ["minitorch", "torch", "torch-explicit", "torch-compile",
+                          "minitorch/torch", "minitorch/best-torch"]
+    # medians over the rounds measured: compile's rounds 0 and 2, at 80 and 82 tokens/s
+    assert baby["torch-compile"]["rounds"] == 2 and baby["torch-compile"]["failed_rounds"] == 1
+    assert baby["torch-compile"]["train_tokens_per_s"] == 81
+    ratio = baby["minitorch/torch"]
+    assert ratio["rounds"] == 3
+    assert ratio["train_tokens_per_s"] == pytest.approx(101 / 51)  # the median pair
+    assert ratio["generate_tokens_per_s"] == pytest.approx(101 / 51)
+    assert ratio["train_memory_mb"] == pytest.approx(51 / 101)
+    best = baby["minitorch/best-torch"]
+    assert best["best_side"] == {"train_tokens_per_s": "torch-compile",
+                                 "generate_tokens_per_s": "torch",
+                                 "train_memory_mb": "torch-compile"}
+    assert best["train_tokens_per_s"] == pytest.approx(101 / 81)
+    assert best["generate_tokens_per_s"] == pytest.approx(202 / 102)
+    assert best["train_memory_mb"] == pytest.approx((1000 / 101) / ((1000 / 80 + 1000 / 82) / 2))
+    text = format_table(summary)
+    for row in ("ratio ours/torch", "ratio ours/best", "torch-explicit", "torch-compile"):
+        assert f"llama  {row}" in text and f"baby   {row}" in text
+    assert ("baby: ours/best against the best torch side of each column: train "
+            "torch-compile, gen torch, memory torch-compile") in text
+    assert "generation not compiled" in text
+
+    stand_in_children(monkeypatch, {"minitorch": 100, "torch": 50, "torch-compile": 80},
+                      failing={"torch-compile": [0]})
+    summary = bench_module.run_bench(["baby"], vs_torch=True, emit=lambda line: None,
+                                     torch_sides=["torch", "torch-compile"])
+    compiled = [r for r in summary if r.get("side") == "torch-compile"][0]
+    assert compiled["failed"] == "InductorError: no C++ compiler" and "mfu" not in compiled
+    assert [r["side"] for r in summary[1:]] == ["minitorch", "torch", "torch-compile",
+                                                "minitorch/torch"]  # no best of one side
+    assert "baby   torch-compile    failed: InductorError: no C++ compiler" in \
+        format_table(summary)
+
+
+@pytest.mark.parametrize("sides", [[], ["torch", "flash"]])
+def test_run_bench_refuses_unknown_torch_sides(sides):
+    from minitorch_gpu.bench import run_bench
+    with pytest.raises(ValueError, match="torch_sides must be some of"):
+        run_bench(["baby"], vs_torch=True, torch_sides=sides)
 
 
 def test_table_without_torch_rows():

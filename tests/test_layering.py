@@ -27,7 +27,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("run", ("config", "config_yaml", "interrupt", "data", "checkpoint", "memory", "model_arrays",
              "distributed", "model_from_config",
              "inference", "profiler", "trainer", "run_state", "run_directory", "plot_runs",
-             "tensorboard_log", "bench", "torch_reference", "pretrained")),
+             "tensorboard_log", "bench", "bench_table", "torch_reference", "pretrained")),
     ("command line", ("cli", "__main__")),
 ]
 

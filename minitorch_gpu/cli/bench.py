@@ -19,11 +19,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                        "GPT on nanoGPT's CPU shapes and of a Llama of the "
                                        "baby's shape, each case in a fresh process; one "
                                        "JSON line per case, then a table.")
-    bench.add_argument("--case", nargs="+", choices=BENCH_CASES + GPU_BENCH_CASES,
-                       default=list(BENCH_CASES),
-                       help="which shapes (default: baby, small and llama, the baby's "
-                            "shape as a Llama; gpt2, GPT-2 124M at batch 16 x 1024, for a "
-                            "GPU)")
+    # extend: --case baby llama and --case baby --case llama alike (default None, as an
+    # extended default list would keep its cases)
+    bench.add_argument("--case", nargs="+", action="extend",
+                       choices=BENCH_CASES + GPU_BENCH_CASES,
+                       help="which shapes, in one list or --case repeated (default: baby, "
+                            "small and llama, the baby's shape as a Llama; gpt2, GPT-2 124M "
+                            "at batch 16 x 1024, for a GPU)")
     bench.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     bench.add_argument("--bf16", action="store_true",
                        help="the step under bf16 autocast (float32 master weights): MFU "
@@ -32,10 +34,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--threads", type=int, help="BLAS threads on both sides (default: "
                                                    "the libraries' own choice)")
     bench.add_argument("--vs-torch", action="store_true",
-                       help="also time the same GPT in PyTorch eager and print our/torch "
-                            "ratios (needs torch installed; development only; the llama "
-                            "case has no torch side yet, as the torch Llama has no "
-                            "KV-cached generation, and runs our side alone)")
+                       help="also time the same model in PyTorch and print our/torch "
+                            "ratios against PyTorch eager with scaled_dot_product_attention "
+                            "and against the best torch side (needs torch installed; "
+                            "development only)")
+    bench.add_argument("--torch-sides", metavar="SIDES",
+                       help="with --vs-torch, which torch sides, comma-separated: sdpa "
+                            "(eager, fused attention: the ratios' reference), explicit "
+                            "(eager, attention as explicit products), compile "
+                            "(torch.compile of the sdpa model's training step; about a "
+                            "minute per case to compile) (default: all three)")
     bench.add_argument("--steps", type=int, default=30, help="timed training steps "
                                                              "(default 30)")
     bench.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
@@ -46,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--no-generate", action="store_true", help="time training only")
     bench.add_argument("--rounds", type=int, default=1,
                        help="measure each case this many times (with --vs-torch, ours and "
-                            "torch's in turn) and report medians (default 1)")
+                            "each torch side's in turn) and report medians (default 1)")
     bench.add_argument("--cprofile", type=int, default=0, metavar="N",
                        help="instead of timing, run N steps under cProfile and print the "
                             "functions that take the most time (ms per step)")
@@ -59,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _bench(args: argparse.Namespace) -> int:
     """Run the bench cases, one JSON line each, then the table; the exit code."""
     from ..backend import get_backend
-    from ..bench import format_table, run_bench
+    from ..bench import TORCH_SIDES, format_table, parse_torch_sides, run_bench
     for name in ("threads", "steps", "new_tokens", "generate_runs", "rounds"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -70,10 +78,20 @@ def _bench(args: argparse.Namespace) -> int:
     if args.vs_torch and (args.bf16 or args.device != "cpu"):
         return error("bench", "--vs-torch compares float32 steps on the CPU; drop --bf16 "
                               "and --device")
+    torch_sides = tuple(TORCH_SIDES.values())
+    if args.torch_sides is not None:
+        if not args.vs_torch:
+            return error("bench", "--torch-sides chooses the torch sides of --vs-torch; "
+                                  "add --vs-torch")
+        try:
+            torch_sides = parse_torch_sides(args.torch_sides)
+        except ValueError as exc:
+            return error("bench", f"--torch-sides: {exc}")
     try:
         backend = get_backend(args.device)  # before any case runs
     except (ValueError, RuntimeError) as exc:  # RuntimeError: no CuPy, no such GPU
         return error("bench", f"--device: {str(exc).splitlines()[0]}")
+    args.case = list(dict.fromkeys(args.case or BENCH_CASES))  # each case once, in order
     if args.quick:
         args.steps, args.warmup, args.new_tokens, args.generate_runs = 2, 1, 8, 1
     if not args.ignore_memory_check:  # each case's training step and generation
@@ -81,7 +99,8 @@ def _bench(args: argparse.Namespace) -> int:
         if refused:
             return error("bench", refused)
     try:
-        records = run_bench(args.case, vs_torch=args.vs_torch, threads=args.threads,
+        records = run_bench(args.case, vs_torch=args.vs_torch, torch_sides=torch_sides,
+                            threads=args.threads,
                             steps=args.steps, warmup=args.warmup, new_tokens=args.new_tokens,
                             generate_runs=args.generate_runs, rounds=args.rounds,
                             device=args.device, bf16=args.bf16,
