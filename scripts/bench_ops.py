@@ -8,7 +8,10 @@ enable_gqa on the same heads).
     python scripts/bench_ops.py [--batch 8] [--seq 256] [--embd 384] [--heads 6]
                                 [--vocab 65] [--repeat 15] [--threads 2]
 
-One JSON line per op: median milliseconds of forward+backward over interleaved runs.
+One JSON line per op: median milliseconds of forward+backward over interleaved runs,
+ours with the fused CPU kernels (``ours_ms``; backend/cpu_kernels, where numba is
+installed) and with them switched off (``numpy_ms``: NumPy's code), and torch's. The
+``adamw`` row is one AdamW step over the small GPT's 10.7 M parameters' shapes instead.
 """
 from __future__ import annotations
 
@@ -36,6 +39,10 @@ def main() -> None:
 
     import minitorch_gpu as mt
     import minitorch_gpu.functional as F
+    from minitorch_gpu.backend import get_backend
+
+    cpu = get_backend("cpu")
+    kernels_on = cpu.fused_kernels() is not None
 
     B, T, C, H, V = args.batch, args.seq, args.embd, args.heads, args.vocab
     rng = np.random.default_rng(0)
@@ -82,6 +89,16 @@ def main() -> None:
         out = make()
         out.backward(mt.ones_like(out)) if out.ndim else out.backward()
 
+    # AdamW over the small GPT's parameter shapes (6 layers of 384), gradients set once
+    adamw_shapes = [(V, C), (T, C)] + [(3 * C, C), (3 * C,), (C, C), (C,), (4 * C, C),
+                                       (4 * C,), (C, 4 * C), (C,), (C,), (C,), (C,), (C,)] * 6
+    adamw_arrays = [rng.standard_normal(s, dtype=np.float32) * 0.02 for s in adamw_shapes]
+    params = [mt.tensor(a.copy(), requires_grad=True) for a in adamw_arrays]
+    for p_ in params:
+        p_.grad = mt.tensor(rng.standard_normal(p_.shape, dtype=np.float32))
+    optimizer = mt.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    cases["adamw"] = lambda: optimizer.step()
+
     torch_cases = {}
     try:
         import torch
@@ -106,7 +123,13 @@ def main() -> None:
             "swiglu": lambda: TF.silu(theirs("gate")) * theirs("up"),
             "apply_rotary": lambda: torch_rotary(theirs("x")),
             "grouped causal attention": lambda: torch_gqa(theirs("x"), theirs("kv")),
+            "adamw": lambda: torch_optimizer.step(),
         }
+        torch_params = [torch.from_numpy(a.copy()).requires_grad_() for a in adamw_arrays]
+        for p_ in torch_params:
+            p_.grad = torch.randn(p_.shape)
+        torch_optimizer = torch.optim.AdamW(torch_params, lr=1e-3, betas=(0.9, 0.99),
+                                            weight_decay=0.1)
         cos2 = torch.from_numpy(np.concatenate([cos.numpy()] * 2, -1))[:, None, :]
         sin2 = torch.from_numpy(np.concatenate([sin.numpy()] * 2, -1))[:, None, :]
 
@@ -125,14 +148,24 @@ def main() -> None:
 
     def run_torch(make):
         out = make()
-        out.backward(torch.ones_like(out)) if out.ndim else out.backward()
+        if out is not None:
+            out.backward(torch.ones_like(out)) if out.ndim else out.backward()
 
-    times = {name: {"ours": [], "torch": []} for name in cases}
+    def run(make):
+        out = make()
+        if out is not None:
+            run_ours(lambda: out)
+
+    times = {name: {"ours": [], "numpy": [], "torch": []} for name in cases}
     for _ in range(args.repeat + 2):  # two warm-up rounds are dropped below
         for name in cases:
-            start = time.perf_counter()
-            run_ours(cases[name])
-            times[name]["ours"].append((time.perf_counter() - start) * 1e3)
+            for side, on in (("ours", True), ("numpy", False)) if kernels_on else (
+                    ("ours", False),):
+                cpu.use_fused_kernels = on
+                start = time.perf_counter()
+                run(cases[name])
+                times[name][side].append((time.perf_counter() - start) * 1e3)
+            cpu.use_fused_kernels = True
             if name in torch_cases:
                 start = time.perf_counter()
                 run_torch(torch_cases[name])
@@ -140,6 +173,8 @@ def main() -> None:
     for name, runs in times.items():
         row = {"op": name, "shape": dict(B=B, T=T, C=C, H=H, V=V), "threads": args.threads,
                "ours_ms": round(statistics.median(runs["ours"][2:]), 3)}
+        if runs["numpy"]:
+            row["numpy_ms"] = round(statistics.median(runs["numpy"][2:]), 3)
         if runs["torch"]:
             row["torch_ms"] = round(statistics.median(runs["torch"][2:]), 3)
             row["ours_over_torch"] = round(row["ours_ms"] / row["torch_ms"], 2)

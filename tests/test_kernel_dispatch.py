@@ -147,6 +147,10 @@ def standin(monkeypatch):
 
     module = SimpleNamespace(**{name: counting(name, fn) if not name.startswith("supports")
                                 else fn for name, fn in vars(STANDIN).items()})
+    # the packages' adamw_step: adamw_update over a group's parameters (the counted one)
+    module.adamw_step = lambda params, grads, ms, vs, steps, **hyper: [
+        module.adamw_update(*arrays, step=step, **hyper)
+        for *arrays, step in zip(params, grads, ms, vs, steps)]
     state = {"on": True}
     monkeypatch.setattr(NumpyBackend, "fused_kernels",
                         lambda self: module if state["on"] else None)

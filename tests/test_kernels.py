@@ -388,8 +388,16 @@ def test_launchers_pass_each_kernel_its_c_signature(monkeypatch: pytest.MonkeyPa
     assert sorted(set(launched)) == sorted(kernel_names)
 
 
-def test_kernels_are_absent_on_the_cpu() -> None:
-    assert mt.get_backend("cpu").fused_kernels() is None
+def test_the_cuda_kernels_are_absent_on_the_cpu() -> None:
+    """The CPU offers its own kernels (backend/cpu_kernels, where numba is installed), never
+    these; switched off, none."""
+    cpu = mt.get_backend("cpu")
+    assert cpu.fused_kernels() is not kernels
+    cpu.use_fused_kernels = False
+    try:
+        assert cpu.fused_kernels() is None
+    finally:
+        cpu.use_fused_kernels = True
 
 
 def test_dispatch_rules() -> None:

@@ -9,6 +9,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from . import cpu_kernels
 from .base import Backend, Device
 from .dtypes import NARROW_FLOATS
 from .host_memory import cache_freed_memory
@@ -21,6 +22,10 @@ class NumpyBackend(Backend):
     device = Device("cpu")
     rng_kind = "numpy"
     reads_are_free = True  # the arrays are host memory: checks run at once (base.py)
+    # False makes every op run its NumPy code instead of the fused CPU kernels (numba's,
+    # backend/cpu_kernels): to compare the two, or where numba misbehaves. The kernels
+    # run only where numba is importable (cpu_kernels.unavailable_reason() says why not)
+    use_fused_kernels = True
     _RNG_KEYS = frozenset({"kind", "bit_generator", "state", "inc", "has_uint32", "uinteger"})
 
     def prepare_backward(self) -> None:
@@ -28,6 +33,11 @@ class NumpyBackend(Backend):
         from the first backward pass on, malloc keeps freed blocks mapped for reuse rather
         than page-faulting fresh ones in (host_memory.py)."""
         cache_freed_memory()
+
+    def fused_kernels(self) -> Any:
+        if self.use_fused_kernels and cpu_kernels.available():
+            return cpu_kernels
+        return None
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> np.ndarray:
         if hasattr(data, "__cuda_array_interface__"):  # a CuPy array: a read from its GPU

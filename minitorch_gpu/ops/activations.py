@@ -63,8 +63,9 @@ class Gelu(Function):
     def forward(ctx, a, approximate):
         xp = ctx.xp
         ctx.approximate = approximate
-        kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/gelu.cu
-        ctx.kernels = kernels if kernels is not None and kernels.supports_gelu(a) else None
+        kernels = ctx.backend.fused_kernels()  # backend/kernels/gelu.cu, cpu_kernels
+        ctx.kernels = kernels if kernels is not None and kernels.supports_gelu(
+            a, approximate) else None
         if ctx.kernels is not None:  # float32 arithmetic; a bf16 result rounded back
             ctx.save_for_backward(a)
             return ctx.kernels.gelu_forward(widened(a), approximate).astype(a.dtype,

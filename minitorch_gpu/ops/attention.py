@@ -51,8 +51,14 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
     xp = ctx.xp
     kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels/attention*.cu
     ctx.scale, ctx.causal, ctx.dropout_p = scale, causal, dropout_p
+    tiled = mask is None and dropout_p == 0.0 and k.shape[-2] >= TILED_FROM and \
+        q.dtype == k.dtype == v.dtype and k.shape[:-2] == v.shape[:-2] and \
+        np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) == q.shape[:-2]
+    # on the CPU (whose kernels are numba's softmax between NumPy's products) the tiled
+    # path takes the long sequences, for memory, as it does without kernels
     if kernels is not None and kernels.supports_attention_softmax(q, k, v, mask) and \
-            _dense_bytes(q, k) <= DENSE_MAX_BYTES:
+            _dense_bytes(q, k) <= DENSE_MAX_BYTES and not (
+                tiled and ctx.backend.device.type == "cpu"):
         # tensor cores: Q K^T and A V as cuBLAS GEMMs (bf16 in, float32 accumulation),
         # scale, causal mask, softmax and dropout between them as one kernel; the dropout
         # mask is a hash of a seed drawn here, so backward recomputes it instead of saving it
@@ -76,9 +82,7 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
         ctx.path, ctx.kernels = "kernel", kernels
         result, lse = kernels.flash_attention_forward(q, k, v, causal, scale)
         return _into(out, result.astype(q.dtype, copy=False)), (result, lse)
-    if mask is None and dropout_p == 0.0 and k.shape[-2] >= TILED_FROM and \
-            q.dtype == k.dtype == v.dtype and k.shape[:-2] == v.shape[:-2] and \
-            np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) == q.shape[:-2]:
+    if tiled:
         # k, v may be broadcast over q's batch (grouped-query attention's group dim)
         ctx.path = "tiled"  # memory-efficient: never more than a tile of the scores
         result, lse = tiled_attention_forward(xp, ctx.backend.matmul, widened(q), widened(k),

@@ -118,8 +118,10 @@ class AdamW(Optimizer):
                             eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
                             step=self.state[p]["step"])
 
-            flat = self._flat_group(index, group, with_grad)
-            if flat is not None:  # the moments of the whole group in one chain
+            if self._fused_group(with_grad, hyper):
+                pass  # the kernels' adamw_step took the whole group
+            elif (flat := self._flat_group(index, group, with_grad)) is not None:
+                # the moments of the whole group in one chain
                 self._update_flat(flat, [grad for _, grad in with_grad], hyper(with_grad[0][0]))
             else:
                 for p, grad in with_grad:
@@ -127,6 +129,28 @@ class AdamW(Optimizer):
             for p, _ in with_grad:
                 p._bump()  # the parameter changed in place: autograd's version counter
         return loss
+
+    def _fused_group(self, with_grad: list, hyper: Callable[[Tensor], Dict[str, Any]]) -> bool:
+        """The group's update by the backend's kernels in one call (``adamw_step``: on the
+        CPU its parameters split over the cores) when they take every parameter of it;
+        False (nothing done) otherwise."""
+        if not with_grad:
+            return False
+        kernels = with_grad[0][0].backend.fused_kernels()
+        if kernels is None or any(p.backend is not with_grad[0][0].backend or not
+                                  kernels.supports_adamw(p.data, grad,
+                                                         self.state[p]["exp_avg"].data,
+                                                         self.state[p]["exp_avg_sq"].data)
+                                  for p, grad in with_grad):
+            return False
+        settings = hyper(with_grad[0][0])
+        del settings["step"]
+        params = [p for p, _ in with_grad]
+        kernels.adamw_step([p.data for p in params], [grad for _, grad in with_grad],
+                           [self.state[p]["exp_avg"].data for p in params],
+                           [self.state[p]["exp_avg_sq"].data for p in params],
+                           [self.state[p]["step"] for p in params], **settings)
+        return True
 
     def _update_one(self, p: Tensor, grad: Any, hyper: Dict[str, Any]) -> None:
         state = self.state[p]
@@ -143,7 +167,7 @@ class AdamW(Optimizer):
         dtype and a step count, else None (then they are updated one by one)."""
         params = group["params"]
         first = params[0]
-        if first.backend.fused_kernels() is not None:  # CUDA: the fused kernel per parameter
+        if first.backend.device.type != "cpu":  # CUDA: the fused kernel per parameter
             return None
         if len(with_grad) != len(params) or len(params) < 2 or any(
                 p.backend is not first.backend or p.dtype != first.dtype

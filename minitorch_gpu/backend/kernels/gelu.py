@@ -10,9 +10,9 @@ from .loader import (ELEMENTWISE_THREADS, check_float32, check_shape, elementwis
                      is_float32_or_narrower, on_device_of_first_array)
 
 
-def supports_gelu(x: Any) -> bool:
+def supports_gelu(x: Any, approximate: str = "tanh") -> bool:
     """A float32 (or bf16/fp16, widened by the op) input with at least one element
-    (either form, tanh or erf)."""
+    (either form, tanh or erf: ``approximate`` changes nothing here)."""
     return x.size > 0 and is_float32_or_narrower(x)
 
 
