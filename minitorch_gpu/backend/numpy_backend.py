@@ -11,6 +11,7 @@ import numpy as np
 
 from . import cpu_kernels
 from .base import Backend, Device
+from .blas_split import split_matmul
 from .dtypes import NARROW_FLOATS
 from .host_memory import cache_freed_memory
 
@@ -68,6 +69,8 @@ class NumpyBackend(Backend):
         BLAS: the same arithmetic as a tensor core's (products exact, float32 sums), many
         times faster than ml_dtypes' own bf16 matmul loop. ``out`` of the operands' dtype
         is written by BLAS directly, whatever its strides (NumPy passes the row stride)."""
+        if a.dtype not in NARROW_FLOATS and (split := split_matmul(a, b, out)) is not None:
+            return split  # a stack of small products, side by side on the cores
         if out is not None and a.dtype == b.dtype == out.dtype and a.dtype not in NARROW_FLOATS:
             return np.matmul(a, b, out=out)
         if a.dtype in NARROW_FLOATS:

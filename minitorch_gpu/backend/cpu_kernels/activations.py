@@ -40,15 +40,15 @@ def supports_gelu(x: Any, approximate: str = "tanh") -> bool:
 
 
 @jit
-def _gelu_forward(x, y, start, stop):  # pragma: no cover - compiled
-    for i in range(start, stop):
+def _gelu_forward(x, y):  # pragma: no cover - compiled
+    for i in range(x.size):
         v = x[i]
         y[i] = v / (_ONE + exp32(min(_MINUS_2C * (v + _K * (v * v * v)), _EXP_CAP)))
 
 
 @jit
-def _gelu_backward(x, dy, dx, start, stop):  # pragma: no cover - compiled
-    for i in range(start, stop):
+def _gelu_backward(x, dy, dx):  # pragma: no cover - compiled
+    for i in range(x.size):
         v = x[i]
         v2 = v * v
         e = exp32(min(_MINUS_2C * (v + _K * (v2 * v)), _EXP_CAP))
@@ -66,7 +66,7 @@ def gelu_forward(x: Any, approximate: str = "tanh") -> Any:
     _check_form("gelu_forward", approximate)
     flat = _flat(x)
     y = np.empty_like(flat)
-    split_rows(flat.size, 1, lambda a, b: _gelu_forward(flat, y, a, b))
+    split_rows(flat.size, 1, lambda a, b: _gelu_forward(flat[a:b], y[a:b]))
     return y.reshape(x.shape)
 
 
@@ -76,7 +76,7 @@ def gelu_backward(x: Any, dy: Any, approximate: str = "tanh") -> Any:
     _check_same("gelu_backward", x, dy=dy)
     xf, gf = _flat(x), _flat(dy)
     dx = np.empty_like(xf)
-    split_rows(xf.size, 1, lambda a, b: _gelu_backward(xf, gf, dx, a, b))
+    split_rows(xf.size, 1, lambda a, b: _gelu_backward(xf[a:b], gf[a:b], dx[a:b]))
     return dx.reshape(x.shape)
 
 
@@ -86,15 +86,15 @@ def supports_swiglu(gate: Any, up: Any) -> bool:
 
 
 @jit
-def _swiglu_forward(gate, up, y, start, stop):  # pragma: no cover - compiled
-    for i in range(start, stop):
+def _swiglu_forward(gate, up, y):  # pragma: no cover - compiled
+    for i in range(gate.size):
         g = gate[i]
         y[i] = g / (_ONE + exp32(-g)) * up[i]
 
 
 @jit
-def _swiglu_backward(dy, gate, up, d_gate, d_up, start, stop):  # pragma: no cover
-    for i in range(start, stop):
+def _swiglu_backward(dy, gate, up, d_gate, d_up):  # pragma: no cover
+    for i in range(gate.size):
         g = gate[i]
         s = _ONE / (_ONE + exp32(-g))
         d = dy[i]
@@ -107,7 +107,7 @@ def swiglu_forward(gate: Any, up: Any) -> Any:
     _check_same("swiglu_forward", gate, up=up)
     g, u = _flat(gate), _flat(up)
     y = np.empty_like(g)
-    split_rows(g.size, 1, lambda a, b: _swiglu_forward(g, u, y, a, b))
+    split_rows(g.size, 1, lambda a, b: _swiglu_forward(g[a:b], u[a:b], y[a:b]))
     return y.reshape(gate.shape)
 
 
@@ -116,7 +116,8 @@ def swiglu_backward(dy: Any, gate: Any, up: Any) -> Tuple[Any, Any]:
     _check_same("swiglu_backward", gate, up=up, dy=dy)
     g, u, d = _flat(gate), _flat(up), _flat(dy)
     d_gate, d_up = np.empty_like(g), np.empty_like(g)
-    split_rows(g.size, 1, lambda a, b: _swiglu_backward(d, g, u, d_gate, d_up, a, b))
+    split_rows(g.size, 1, lambda a, b: _swiglu_backward(
+        d[a:b], g[a:b], u[a:b], d_gate[a:b], d_up[a:b]))
     return d_gate.reshape(gate.shape), d_up.reshape(gate.shape)
 
 

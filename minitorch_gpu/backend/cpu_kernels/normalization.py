@@ -51,40 +51,42 @@ def supports_layer_norm(x: Any, weight: Optional[Any], bias: Optional[Any]) -> b
 def _layer_norm_forward(x, w, b, eps, y, mean, rstd, start, stop):  # pragma: no cover
     n = x.shape[1]
     for r in range(start, stop):
+        xr, yr = x[r], y[r]  # rows as 1-D views: indices from 0 vectorise (no wraparound)
         total = np.float32(0.0)
         for j in range(n):
-            total += x[r, j]
+            total += xr[j]
         m = total / n
         var = np.float32(0.0)
         for j in range(n):
-            d = x[r, j] - m
+            d = xr[j] - m
             var += d * d
         s = _ONE / np.sqrt(var / n + eps)
         mean[r] = m
         rstd[r] = s
         for j in range(n):
-            y[r, j] = (x[r, j] - m) * s * w[j] + b[j]
+            yr[j] = (xr[j] - m) * s * w[j] + b[j]
 
 
 @jit
 def _layer_norm_backward(g, x, w, mean, rstd, dx, dw, db, start, stop):  # pragma: no cover
     n = x.shape[1]
     for r in range(start, stop):
+        xr, gr, dxr = x[r], g[r], dx[r]
         m, s = mean[r], rstd[r]
         sum_g = np.float32(0.0)
         sum_gx = np.float32(0.0)
         for j in range(n):
-            x_hat = (x[r, j] - m) * s
-            g_hat = g[r, j] * w[j]
+            x_hat = (xr[j] - m) * s
+            g_hat = gr[j] * w[j]
             sum_g += g_hat
             sum_gx += g_hat * x_hat
-            dw[j] += g[r, j] * x_hat
-            db[j] += g[r, j]
+            dw[j] += gr[j] * x_hat
+            db[j] += gr[j]
         sum_g /= n
         sum_gx /= n
         for j in range(n):
-            x_hat = (x[r, j] - m) * s
-            dx[r, j] = s * (g[r, j] * w[j] - sum_g - x_hat * sum_gx)
+            x_hat = (xr[j] - m) * s
+            dxr[j] = s * (gr[j] * w[j] - sum_g - x_hat * sum_gx)
 
 
 def layer_norm_forward(x: Any, weight: Optional[Any], bias: Optional[Any], eps: float,
@@ -135,27 +137,29 @@ def supports_rms_norm(x: Any, weight: Optional[Any]) -> bool:
 def _rms_norm_forward(x, w, eps, y, rstd, start, stop):  # pragma: no cover - compiled
     n = x.shape[1]
     for r in range(start, stop):
+        xr, yr = x[r], y[r]
         total = np.float32(0.0)
         for j in range(n):
-            total += x[r, j] * x[r, j]
+            total += xr[j] * xr[j]
         s = _ONE / np.sqrt(total / n + eps)
         rstd[r] = s
         for j in range(n):
-            y[r, j] = x[r, j] * s * w[j]
+            yr[j] = xr[j] * s * w[j]
 
 
 @jit
 def _rms_norm_backward(g, x, w, rstd, dx, dw, start, stop):  # pragma: no cover
     n = x.shape[1]
     for r in range(start, stop):
+        xr, gr, dxr = x[r], g[r], dx[r]
         s = rstd[r]
         dot = np.float32(0.0)
         for j in range(n):
-            dot += g[r, j] * w[j] * x[r, j]
-            dw[j] += g[r, j] * x[r, j] * s
+            dot += gr[j] * w[j] * xr[j]
+            dw[j] += gr[j] * xr[j] * s
         c = s * s * s * dot / n
         for j in range(n):
-            dx[r, j] = s * g[r, j] * w[j] - x[r, j] * c
+            dxr[j] = s * gr[j] * w[j] - xr[j] * c
 
 
 def rms_norm_forward(x: Any, weight: Optional[Any], eps: float, n: int) -> Tuple[Any, Any]:

@@ -53,25 +53,26 @@ def _softmax_forward(s, length, causal, scale, threshold, keep_scale, seed, prob
                      attended, start, stop):  # pragma: no cover - compiled
     width = s.shape[1]
     for r in range(start, stop):
+        sr, pr = s[r], probs[r]  # rows as 1-D views: indices from 0 vectorise
         seen = min(r % length + 1, width) if causal else width
-        top = s[r, 0] * scale
+        top = sr[0] * scale
         for j in range(1, seen):
-            top = max(top, s[r, j] * scale)
+            top = max(top, sr[j] * scale)
         total = _ZERO
         for j in range(seen):
-            e = exp32(s[r, j] * scale - top)
-            probs[r, j] = e
+            e = exp32(sr[j] * scale - top)
+            pr[j] = e
             total += e
         inverse = _ONE / total
         for j in range(seen):
-            probs[r, j] *= inverse
+            pr[j] *= inverse
         for j in range(seen, width):
-            probs[r, j] = _ZERO
+            pr[j] = _ZERO
         if threshold:
+            ar = attended[r]
             base = r * width
             for j in range(width):
-                attended[r, j] = probs[r, j] * keep_scale if _kept(
-                    seed, base + j, threshold) else _ZERO
+                ar[j] = pr[j] * keep_scale if _kept(seed, base + j, threshold) else _ZERO
 
 
 @jit
@@ -79,15 +80,16 @@ def _softmax_backward(d, probs, scale, threshold, keep_scale, seed, start,
                       stop):  # pragma: no cover - compiled
     width = d.shape[1]
     for r in range(start, stop):
+        dr, pr = d[r], probs[r]
         if threshold:
             base = r * width
             for j in range(width):
-                d[r, j] = d[r, j] * keep_scale if _kept(seed, base + j, threshold) else _ZERO
+                dr[j] = dr[j] * keep_scale if _kept(seed, base + j, threshold) else _ZERO
         dot = _ZERO
         for j in range(width):
-            dot += d[r, j] * probs[r, j]
+            dot += dr[j] * pr[j]
         for j in range(width):
-            d[r, j] = scale * probs[r, j] * (d[r, j] - dot)
+            dr[j] = scale * pr[j] * (dr[j] - dot)
 
 
 def _dropout_arguments(op: str, dropout_p: float, seed: Optional[Any]) -> tuple:
@@ -153,23 +155,24 @@ def _cross_entropy_forward(z, target, ignore_index, smoothing, nll, lse, start,
                            stop):  # pragma: no cover - compiled
     classes = z.shape[1]
     for r in range(start, stop):
-        top = z[r, 0]
+        zr = z[r]
+        top = zr[0]
         for j in range(1, classes):
-            top = max(top, z[r, j])
+            top = max(top, zr[j])
         total = _ZERO
         for j in range(classes):
-            total += exp32(z[r, j] - top)
+            total += exp32(zr[j] - top)
         log_total = top + np.log(total)
         lse[r] = log_total
         t = target[r]
         if t == ignore_index:
             nll[r] = _ZERO
             continue
-        loss = log_total - z[r, t]
+        loss = log_total - zr[t]
         if smoothing != 0:
             mean = _ZERO
             for j in range(classes):
-                mean += z[r, j]
+                mean += zr[j]
             loss = (_ONE - smoothing) * loss + smoothing * (log_total - mean / classes)
         nll[r] = loss
 
@@ -180,15 +183,16 @@ def _cross_entropy_backward(z, target, lse, row_grad, ignore_index, smoothing, d
     classes = z.shape[1]
     spread = smoothing / classes
     for r in range(start, stop):
+        zr, dzr = z[r], dz[r]
         t = target[r]
         if t == ignore_index:
             for j in range(classes):
-                dz[r, j] = _ZERO
+                dzr[j] = _ZERO
             continue
         l, g = lse[r], row_grad[r]
         for j in range(classes):
-            dz[r, j] = (exp32(z[r, j] - l) - spread) * g
-        dz[r, t] -= (_ONE - smoothing) * g
+            dzr[j] = (exp32(zr[j] - l) - spread) * g
+        dzr[t] -= (_ONE - smoothing) * g
 
 
 def cross_entropy_forward(logits: Any, target: Any, ignore_index: int,
