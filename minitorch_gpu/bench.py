@@ -82,6 +82,8 @@ GPU_CASES: Dict[str, Dict[str, Any]] = {  # run only when named: too large for a
                  vocab_size=50304),
 }
 # the torch sides by the name --torch-sides gives them, in the order they run
+# ours, and ours with the fused CPU kernels off (backend/cpu_kernels; --numpy-side)
+OUR_SIDES = ("minitorch", "minitorch-numpy")
 TORCH_SIDES = {"sdpa": "torch", "explicit": "torch-explicit", "compile": "torch-compile"}
 TORCH_ARCHS = ("gpt2", "llama")  # the archs torch_reference has a model of (with generate)
 LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.99), 0.1  # nanoGPT's Shakespeare settings
@@ -167,7 +169,7 @@ def _build(side: str, shape: Dict[str, Any], device: str):
     data = [(rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T))) for _ in range(4)]
     flops = ours.flops_per_token() * B * T
     parameters = ours.num_parameters()
-    if side == "minitorch":
+    if side in OUR_SIDES:
         ours = ours.to(device)
         optimizer = ours.configure_optimizers(WEIGHT_DECAY, LR, BETAS)
         batches = [(mt.tensor(x, device=device), mt.tensor(y, device=device)) for x, y in data]
@@ -212,11 +214,13 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
     import minitorch_gpu as mt
     from minitorch_gpu.machine import set_num_threads
     set_num_threads(threads)
-    if side != "minitorch":
+    if side not in OUR_SIDES:
         import torch
         if threads is not None:
             torch.set_num_threads(threads)
     backend = mt.get_backend(device)
+    if side == "minitorch-numpy":  # our NumPy code, the fused CPU kernels switched off
+        backend.use_fused_kernels = False
     device = str(backend.device)
     shape = case_shape(case)
     rss_before = _resident_mb()
@@ -318,7 +322,7 @@ def _run_child(what: str, **spec: Any) -> Dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "minitorch_gpu.bench", what, json.dumps(spec)],
                           env=env, capture_output=True, text=True)
     name = " ".join(str(spec[k]) for k in ("side", "case") if k in spec) or what
-    if done.returncode != 0 and spec.get("side", "minitorch") != "minitorch":
+    if done.returncode != 0 and spec.get("side", "minitorch") not in OUR_SIDES:
         # a torch side that failed (torch.compile with no C++ compiler, say, or out of
         # memory): a row with its one-line reason, the last line on stderr; the bench goes on
         lines = done.stderr.strip().splitlines()
@@ -339,11 +343,13 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
               threads: Optional[int] = None, steps: int = 30, warmup: int = 5,
               new_tokens: int = 200, generate_runs: int = 3, rounds: int = 1,
               device: str = "cpu", bf16: bool = False, generate: bool = True,
-              cprofile: int = 0, emit: Callable[[str], None] = print) -> List[Dict[str, Any]]:
+              cprofile: int = 0, numpy_side: bool = False,
+              emit: Callable[[str], None] = print) -> List[Dict[str, Any]]:
     """Measure the matmul peak, then each case ``rounds`` times (ours, then with
     ``vs_torch`` each of ``torch_sides`` (TORCH_SIDES' values) in turn: rounds taken close
     together, so a machine whose speed drifts moves every side), ``emit`` one JSON line
-    per process as it finishes, then per case and side the medians over the rounds and,
+    per process as it finishes (with ``numpy_side``, ours a second time with the fused CPU
+    kernels off: "minitorch-numpy"), then per case and side the medians over the rounds and,
     with torch, the ratio records (``_ratios``). Returns the summary records (the peak
     first). With ``cprofile``, each case and side's profile instead (no peak, one round)."""
     cases, torch_sides = list(cases), tuple(torch_sides)
@@ -359,7 +365,7 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
     if vs_torch and not torch_available():
         raise RuntimeError("bench: --vs-torch needs torch, which is not installed (a "
                            "development-only comparison: pip install torch)")
-    sides = ("minitorch",) + (torch_sides if vs_torch else ())
+    sides = OUR_SIDES[:2 if numpy_side else 1] + (torch_sides if vs_torch else ())
 
     def sides_of(case: str) -> tuple:  # our side alone where torch_reference has no model
         return sides if case_shape(case).get("arch", "gpt2") in TORCH_ARCHS else sides[:1]
@@ -425,7 +431,8 @@ def _ratios(case: str, runs: Dict[str, List[Dict[str, Any]]],
             if key in pairs[0][0] and key in pairs[0][1]:
                 ratio[key] = statistics.median(ours[key] / theirs[key] for ours, theirs in pairs)
         ratios.append(ratio)
-    ours, theirs = medians[0], [m for m in medians[1:] if "failed" not in m]
+    ours, theirs = medians[0], [m for m in medians[1:]
+                                if "failed" not in m and m["side"] not in OUR_SIDES]
     if len(theirs) > 1:
         best: Dict[str, Any] = {"case": case, "side": "minitorch/best-torch", "best_side": {}}
         for key in RATIO_KEYS:
@@ -466,7 +473,7 @@ if __name__ == "__main__":  # one measuring process, started by _run_child
         print(" ".join(str(exc).split()) or "an allocation failed", file=sys.stderr)
         sys.exit(EXIT_OUT_OF_MEMORY)
     except Exception as exc:  # noqa: BLE001  a torch side's failure: its row's reason
-        if spec.get("side", "minitorch") == "minitorch":
+        if spec.get("side", "minitorch") in OUR_SIDES:
             raise
         import traceback
         traceback.print_exc()  # then one line, the last, whatever the message's length

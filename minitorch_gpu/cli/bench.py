@@ -52,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--generate-runs", type=int, default=3,
                        help="timed generation runs (default 3)")
     bench.add_argument("--no-generate", action="store_true", help="time training only")
+    bench.add_argument("--numpy-side", action="store_true",
+                       help="time our side a second time with the fused CPU kernels "
+                            "(numba's) switched off: NumPy's code, the row minitorch-numpy")
     bench.add_argument("--rounds", type=int, default=1,
                        help="measure each case this many times (with --vs-torch, ours and "
                             "each torch side's in turn) and report medians (default 1)")
@@ -100,6 +103,7 @@ def _bench(args: argparse.Namespace) -> int:
             return error("bench", refused)
     try:
         records = run_bench(args.case, vs_torch=args.vs_torch, torch_sides=torch_sides,
+                            numpy_side=args.numpy_side,
                             threads=args.threads,
                             steps=args.steps, warmup=args.warmup, new_tokens=args.new_tokens,
                             generate_runs=args.generate_runs, rounds=args.rounds,
