@@ -303,3 +303,36 @@ def test_table_without_torch_rows():
            "train_memory_mb": 60.0}
     text = format_table([{"case": "matmul_peak", "gflop_per_s": 190.0, "threads": 2}, row])
     assert "15000" in text and "40.0%" in text and "190 GFLOP/s with 2" in text
+
+
+def test_the_numpy_side_runs_ours_without_the_kernels_and_is_never_the_best_torch(
+        monkeypatch):
+    """--numpy-side times ours a second time (the CPU kernels off) right after ours; it
+    is a row of its own, and ours/best looks at the torch sides only even where it is the
+    fastest."""
+    import minitorch_gpu.bench as bench_module
+    ran = stand_in_children(monkeypatch, {"minitorch": 100, "minitorch-numpy": 500,
+                                          "torch": 50, "torch-explicit": 40})
+    summary = bench_module.run_bench(["baby"], vs_torch=True, numpy_side=True,
+                                     torch_sides=["torch", "torch-explicit"],
+                                     emit=lambda line: None)
+    assert ran == [("baby", "minitorch"), ("baby", "minitorch-numpy"), ("baby", "torch"),
+                   ("baby", "torch-explicit")]
+    rows = {r["side"]: r for r in summary[1:]}
+    assert rows["minitorch/best-torch"]["best_side"]["train_tokens_per_s"] == "torch"
+    assert rows["minitorch/best-torch"]["train_tokens_per_s"] == 2.0
+    assert "minitorch-numpy" in format_table(summary)
+
+
+def test_the_numpy_side_switches_the_kernels_off_in_its_process():
+    """measure() with side minitorch-numpy runs with NumpyBackend.use_fused_kernels off."""
+    import json
+    import subprocess
+    import sys
+    code = ("import json, minitorch_gpu.bench as b, minitorch_gpu as mt;"
+            "r = b.measure('minitorch-numpy', 'baby', 1, 1, 0, 4, 1);"
+            "print(json.dumps([r['side'], mt.get_backend('cpu').fused_kernels() is None]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["minitorch-numpy", True]
