@@ -67,6 +67,11 @@ def _randn(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
+def _tables(length, head_dim):
+    """Rotary's float32 (cos, sin) tables for positions 3 .. 3 + length - 1."""
+    return F.rotary_tables(length, head_dim, start=3)
+
+
 # name -> (the op on tensors, the input shapes): odd sizes, and arrays past the split
 # threshold (SPLIT_FROM elements) so that both the one-thread and the split runs are tested
 CASES = {
@@ -98,6 +103,13 @@ CASES = {
     "grouped_attention": (lambda q, k, v: F.scaled_dot_product_attention(
         q.view(2, 2, 2, 11, 8), k.view(2, 2, 1, 11, 8), v.view(2, 2, 1, 11, 8),
         is_causal=True), [(2, 4, 11, 8), (2, 2, 11, 8), (2, 2, 11, 8)]),
+    "rotary": (lambda x: F.apply_rotary(x, *_tables(7, 10)), [(2, 7, 3, 10)]),
+    "rotary_heads_side_by_side": (lambda x: F.apply_rotary(x, *_tables(9, 8), head_dim=8),
+                                  [(3, 9, 32)]),
+    "rotary_inverse": (lambda x: F.apply_rotary(x, *_tables(5, 6), inverse=True),
+                       [(1, 5, 2, 6)]),
+    "rotary_split": (lambda x: F.apply_rotary(x, *_tables(256, 64), head_dim=64),
+                     [(8, 256, 256)]),
     "cross_entropy": (lambda z, t=None: F.cross_entropy(z, mt.tensor(
         np.arange(z.shape[0]) * 7 % z.shape[1])), [(45, 65)]),
     "cross_entropy_smoothing": (lambda z: F.cross_entropy(z, mt.tensor(
@@ -125,7 +137,7 @@ def test_kernels_match_the_numpy_code(name):
 
 
 @pytest.mark.parametrize("name", ["gelu_tanh", "layer_norm", "causal_attention",
-                                  "cross_entropy", "rms_norm", "swiglu"])
+                                  "cross_entropy", "rms_norm", "swiglu", "rotary"])
 def test_kernels_take_strided_inputs(name):
     """A transposed (non-contiguous) input gives the same results as its contiguous copy."""
     fn, shapes = CASES[name]
@@ -146,7 +158,13 @@ def test_the_kernels_run_on_float32_and_leave_other_dtypes_to_numpy():
     assert not cpu_kernels.supports_layer_norm(x32, np.ones(4), None)
     assert not cpu_kernels.supports_attention_softmax(x32, x32, x32, np.ones((3, 3), bool))
     assert not cpu_kernels.supports_flash_attention(x32, x32, x32, None, 0.0)
-    assert not cpu_kernels.supports_rotary(x32)
+    q, table = np.ones((2, 7, 3, 10), np.float32), np.ones((7, 5), np.float32)
+    assert cpu_kernels.supports_rotary(q, table, table)
+    assert not cpu_kernels.supports_rotary(q.astype(np.float64), table, table)
+    assert not cpu_kernels.supports_rotary(q, table.astype(np.float64), table)
+    assert not cpu_kernels.supports_rotary(q[..., :9], table, table)  # D odd
+    assert not cpu_kernels.supports_rotary(q, table[:6], table[:6])  # T = 6
+    assert not cpu_kernels.supports_rotary(q[0], table, table)  # not (B, T, H, D)
     assert not cpu_kernels.supports_cross_entropy(x32, np.zeros(3, np.float32))
     assert cpu_kernels.supports_cross_entropy(x32, np.zeros(3, np.int64))
 
@@ -231,6 +249,10 @@ def test_kernel_arguments_are_checked(bad, message):
     with pytest.raises(ValueError, match="dropout needs seed"):
         cpu_kernels.attention_softmax_forward(np.ones((2, 2), np.float32), True, 1.0, 0.5,
                                               None, np.float32)
+    with pytest.raises(ValueError, match=r"rotary_forward: expected float32 x \(B, T, H, D\)"):
+        cpu_kernels.rotary_forward(np.ones((2, 3, 4, 5), np.float32),
+                                   np.ones((3, 2), np.float32), np.ones((3, 2), np.float32),
+                                   False)
     with pytest.raises(ValueError, match="step counts from 1"):
         p = np.ones(3, np.float32)
         cpu_kernels.adamw_update(p, p.copy(), p.copy(), p.copy(), lr=1e-3, beta1=0.9,

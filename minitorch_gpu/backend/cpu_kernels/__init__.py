@@ -10,6 +10,8 @@ turns into SIMD (``compiler.exp32``). Each module says what it fuses:
 * ``normalization``: layer norm and RMS norm, forward and backward, a row at a time;
 * ``softmax``: attention's scale, causal mask, softmax and dropout between its two BLAS
   products (the ops' "dense" path) and its backward; cross-entropy;
+* ``rotary``: rotary position embedding, one pass per head (its backward is the same
+  rotation by minus the angle);
 * ``adamw``: AdamW, one pass per parameter, parameters split over the cores.
 
 Ops reach them through ``backend.fused_kernels()``, which on the CPU is this package when
@@ -21,8 +23,8 @@ numba is importable and ``NumpyBackend.use_fused_kernels`` is on (the default), 
     ... the NumPy-vectorised code, the reference ...
 
 ``supports_*`` take float32 NumPy arrays only (float64, bf16 and the forms not fused here
-stay with the NumPy code); rotary and flash attention have no CPU kernel (NumPy's code
-is already as fast as PyTorch's there, PERF.md), so theirs always say no. The kernels
+stay with the NumPy code); flash attention has no CPU kernel (the ops' tiled NumPy path
+is already level with PyTorch's there, PERF.md), so its ``supports_*`` always says no. The kernels
 agree with the NumPy code to 1e-5 relative (``tests/test_cpu_kernels.py``).
 """
 from typing import Any
@@ -33,6 +35,7 @@ from .adamw import adamw_step, adamw_update, supports_adamw
 from .compiler import INSTALL_HINT, SPLIT_FROM, exp32, unavailable_reason
 from .normalization import (layer_norm_backward, layer_norm_forward, rms_norm_backward,
                             rms_norm_forward, supports_layer_norm, supports_rms_norm)
+from .rotary import rotary_forward, supports_rotary
 from .softmax import (DROPOUT_BITS, attention_softmax_backward, attention_softmax_forward,
                       cross_entropy_backward, cross_entropy_forward,
                       supports_attention_softmax, supports_cross_entropy)
@@ -40,11 +43,6 @@ from .softmax import (DROPOUT_BITS, attention_softmax_backward, attention_softma
 
 def supports_flash_attention(*args: Any) -> bool:
     """No CPU kernel: the ops' tiled NumPy path is the CPU's memory-efficient attention."""
-    return False
-
-
-def supports_rotary(*args: Any) -> bool:
-    """No CPU kernel: rotary's NumPy code runs level with PyTorch's (PERF.md)."""
     return False
 
 
@@ -58,7 +56,7 @@ __all__ = [
     "attention_softmax_backward", "attention_softmax_forward", "available",
     "cross_entropy_backward", "cross_entropy_forward", "exp32", "gelu_backward",
     "gelu_forward", "layer_norm_backward", "layer_norm_forward", "rms_norm_backward",
-    "rms_norm_forward", "supports_adamw", "supports_attention_softmax",
+    "rms_norm_forward", "rotary_forward", "supports_adamw", "supports_attention_softmax",
     "supports_cross_entropy", "supports_flash_attention", "supports_gelu",
     "supports_layer_norm", "supports_rms_norm", "supports_rotary", "supports_swiglu",
     "swiglu_backward", "swiglu_forward", "unavailable_reason",
