@@ -514,6 +514,12 @@ case("linear-1d", F.linear, lambda x, w, b: x @ w.T + b, Float((4,)), Float((3, 
      Float((3,)))
 case("linear-4d", F.linear, lambda x, w, b: x @ w.T + b, Float((2, 1, 3, 4)), Float((5, 4)),
      Float((5,)))
+# a block's skip connection added in the linear's node (F.linear's residual)
+case("linear-residual", lambda x, w, b, r: F.linear(x, w, b, residual=r),
+     lambda x, w, b, r: x @ w.T + b + r, Float((2, 3, 4)), Float((5, 4)), Float((5,)),
+     Float((2, 3, 5)), float32=True)
+case("linear-residual-no-bias", lambda x, w, r: F.linear(x, w, residual=r),
+     lambda x, w, r: x @ w.T + r, Float((3, 4)), Float((2, 4)), Float((3, 2)))
 
 # --- softmax, log-softmax -----------------------------------------------------------------
 for _dim in (0, 1, -1):

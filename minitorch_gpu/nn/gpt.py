@@ -17,6 +17,7 @@ from . import init
 from .causal_lm import CausalLM, KVCache
 from .containers import ModuleDict, ModuleList
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear,
+                     residual_projection,
                      PackedCausalAttention)
 from .lm_config import GPTConfig
 from .module import Module
@@ -39,13 +40,16 @@ class CausalSelfAttention(Module):
         self.n_head, self.n_embd = config.n_head, config.n_embd
         self.layer = layer  # which KVCache slot is ours
 
-    def forward(self, x: Tensor, kv_cache: Optional[KVCache] = None) -> Tensor:
+    def forward(self, x: Tensor, kv_cache: Optional[KVCache] = None,
+                residual: Optional[Tensor] = None) -> Tensor:
+        """The attention's output, plus ``residual`` when given (the block's skip
+        connection, added in c_proj's node while dropout is off)."""
         qkv = self.c_attn(x)  # (B, T, 3C): q, k, v side by side
         if kv_cache is None:
             y = self.core(qkv)  # (B, T, C), heads side by side
         else:
             y = self._cached_attention(qkv, kv_cache)
-        return self.resid_dropout(self.c_proj(y))
+        return residual_projection(residual, self.c_proj, self.resid_dropout, y)
 
     def _cached_attention(self, qkv: Tensor, kv_cache: KVCache) -> Tensor:
         """Attention of these T positions over the cached ones and themselves (inference):
@@ -65,12 +69,15 @@ class MLP(Module):
         self.c_proj = Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Tensor:
+        """The feed-forward output, plus ``residual`` when given (in c_proj's node)."""
+        return residual_projection(residual, self.c_proj, self.dropout,
+                                   self.gelu(self.c_fc(x)))
 
 
 class Block(Module):
-    """A pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x))."""
+    """A pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)); each
+    add runs inside the half's last projection (``residual_projection``)."""
 
     def __init__(self, config: GPTConfig, layer: int = 0) -> None:
         super().__init__()
@@ -80,8 +87,8 @@ class Block(Module):
         self.mlp = MLP(config)
 
     def forward(self, x: Tensor, kv_cache: Optional[KVCache] = None) -> Tensor:
-        x = x + self.attn(self.ln_1(x), kv_cache)
-        return x + self.mlp(self.ln_2(x))
+        x = self.attn(self.ln_1(x), kv_cache, residual=x)
+        return self.mlp(self.ln_2(x), residual=x)
 
 
 class GPT(CausalLM):

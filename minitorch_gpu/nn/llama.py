@@ -26,7 +26,8 @@ from ..tensor import Tensor
 from . import init
 from .causal_lm import CausalLM, KVCache
 from .containers import ModuleDict, ModuleList
-from .layers import CrossEntropyLoss, Dropout, Embedding, Linear, RMSNorm, SwiGLU
+from .layers import (CrossEntropyLoss, Dropout, Embedding, Linear, RMSNorm, SwiGLU,
+                     residual_projection)
 from .lm_config import GPTConfig, LlamaConfig
 from .module import Module
 
@@ -88,7 +89,10 @@ class LlamaAttention(Module):
         self.n_head = H
         self.layer = layer  # which KVCache slot is ours
 
-    def forward(self, x: Tensor, start: int = 0, kv_cache: Optional[KVCache] = None) -> Tensor:
+    def forward(self, x: Tensor, start: int = 0, kv_cache: Optional[KVCache] = None,
+                residual: Optional[Tensor] = None) -> Tensor:
+        """The attention's output, plus ``residual`` when given (the layer's skip
+        connection, added in o_proj's node while dropout is off)."""
         q, k = self.rotary(self.q_proj(x), self.k_proj(x), start)
         v = self.v_proj(x)
         if kv_cache is None:
@@ -97,7 +101,7 @@ class LlamaAttention(Module):
             y = cached_grouped_attention(q, k, v, kv_cache.keys[self.layer],
                                          kv_cache.values[self.layer], kv_cache.length,
                                          self.n_head)
-        return self.resid_dropout(self.o_proj(y))
+        return residual_projection(residual, self.o_proj, self.resid_dropout, y)
 
 
 class LlamaMLP(Module):
@@ -113,13 +117,16 @@ class LlamaMLP(Module):
         self.act = SwiGLU()
         self.dropout = Dropout(config.dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.down_proj(self.act(self.gate_proj(x), self.up_proj(x))))
+    def forward(self, x: Tensor, residual: Optional[Tensor] = None) -> Tensor:
+        """The feed-forward output, plus ``residual`` when given (in down_proj's node)."""
+        return residual_projection(residual, self.down_proj, self.dropout,
+                                   self.act(self.gate_proj(x), self.up_proj(x)))
 
 
 class LlamaDecoderLayer(Module):
     """A pre-RMSNorm block: x + self_attn(input_layernorm(x)), then
-    + mlp(post_attention_layernorm(x)). Modules in Hugging Face's order (its state dict's)."""
+    + mlp(post_attention_layernorm(x)), each add inside the half's last projection
+    (``residual_projection``). Modules in Hugging Face's order (its state dict's)."""
 
     def __init__(self, config: GPTConfig, tables: RotaryTables, layer: int = 0) -> None:
         super().__init__()
@@ -129,8 +136,8 @@ class LlamaDecoderLayer(Module):
         self.post_attention_layernorm = RMSNorm(config.n_embd, eps=config.norm_eps)
 
     def forward(self, x: Tensor, start: int = 0, kv_cache: Optional[KVCache] = None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), start, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn(self.input_layernorm(x), start, kv_cache, residual=x)
+        return self.mlp(self.post_attention_layernorm(x), residual=x)
 
 
 class Llama(CausalLM):

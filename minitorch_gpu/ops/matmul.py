@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from ..autograd import Function
 from ..tensor import Tensor
 from ._util import (as_tensor_like, check_broadcast, require_float, require_tensor, unbroadcast,
@@ -98,32 +100,44 @@ def matmul(a: Any, b: Any) -> Tensor:
 
 
 class Linear(Function):
-    """``x @ weight.T + bias`` as one node: one GEMM over all leading dims, the bias added in
-    place into the GEMM's output, and a backward of two GEMMs and a column sum."""
+    """``x @ weight.T + bias``, plus ``residual`` when given, as one node: one GEMM over all
+    leading dims, the bias and the residual added in place into the GEMM's output, and a
+    backward of two GEMMs and a column sum. The residual is a block's skip connection
+    (``x + proj(y)``): added here it costs no graph node and no buffer of its own, and its
+    gradient is the output's, handed through."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx, x, weight, bias, residual, out_dtype):
         need_x, need_w = ctx.needs_input_grad[:2]
         ctx.save_for_backward(x if need_w else None, weight if need_x else None)
-        ctx.x_shape = x.shape
+        ctx.x_shape, ctx.linear_dtype = x.shape, x.dtype
         rows = x.reshape(-1, x.shape[-1])  # (M, in), M = product of the leading dims
         out = ctx.backend.matmul(rows, weight.T)  # (M, out); weight.T is a view BLAS reads transposed
-        if bias is not None:
+        if bias is not None or residual is not None:
             # the backend returns a bf16 product in float32 (cuBLAS's float32 output on the
-            # GPU, BLAS on widened operands on the CPU): the bias is added before the one
-            # rounding below
+            # GPU, BLAS on widened operands on the CPU): the bias and the residual are
+            # added before the one rounding below
             out = widened(out)
+        if bias is not None:
             out += bias  # in place: no second activation-sized buffer
+        if residual is not None:
+            ctx.residual_dtype = residual.dtype
+            if np.dtype(out_dtype).itemsize > out.dtype.itemsize:  # float32 @, float64 +
+                out = out.astype(out_dtype)
+            out += residual.reshape(out.shape)
         # bf16 operands accumulate in float32: round once, here
-        if out.dtype != x.dtype and x.dtype == weight.dtype:
-            out = out.astype(x.dtype)
+        if out.dtype != out_dtype:
+            out = out.astype(out_dtype)
         return out.reshape(x.shape[:-1] + (weight.shape[0],))
 
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad
+        need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]
+        grad_r = grad.astype(ctx.residual_dtype, copy=False) if need_r else None
         g = grad.reshape(-1, grad.shape[-1])  # (M, out)
+        if g.dtype != ctx.linear_dtype and (need_x or need_w or need_b):
+            g = g.astype(ctx.linear_dtype)  # a bf16 product under a float32 residual
         grad_x = ctx.backend.matmul(g, weight).reshape(ctx.x_shape) if need_x else None  # (M, in)
         grad_w = ctx.backend.matmul(g.T, x.reshape(-1, x.shape[-1])) if need_w else None  # (out, in)
         grad_b = None
@@ -132,13 +146,18 @@ class Linear(Function):
             # in bf16 would lose the low bits), without a float32 copy of the gradient
             ones = ctx.xp.ones(g.shape[0], dtype=g.dtype)
             grad_b = ctx.backend.matmul(ones, g).astype(g.dtype, copy=False)
-        return grad_x, grad_w, grad_b
+        return grad_x, grad_w, grad_b, grad_r, None
 
 
-def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *,
+           residual: Optional[Tensor] = None) -> Tensor:
     """``x @ weight.T + bias``: x (..., in), weight (out, in) as PyTorch stores it, bias (out,)
     -> (..., out). One fused node (``Linear``). Floating inputs only (as in PyTorch); of
-    different widths they promote as ``matmul``'s do (float32 with float64 is float64)."""
+    different widths they promote as ``matmul``'s do (float32 with float64 is float64).
+
+    ``residual`` (..., out), not in PyTorch's signature, adds a skip connection in the same
+    node: ``residual + linear(x, weight, bias)`` with one pass less over memory, the result
+    of the two's promoted dtype (under bf16 autocast, the float32 residual stream's)."""
     for name, t in (("input", x), ("weight", weight)):
         require_tensor(t, "linear", name)
         require_float(t, "linear", name)
@@ -153,9 +172,20 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         if tuple(bias.shape) != (weight.shape[0],):
             raise ValueError(f"linear: bias has shape {tuple(bias.shape)}, expected "
                              f"({weight.shape[0]},)")
+    if residual is not None:
+        require_tensor(residual, "linear", "residual")
+        require_float(residual, "linear", "residual")
+        expected = tuple(x.shape[:-1]) + (weight.shape[0],)
+        if tuple(residual.shape) != expected:
+            raise ValueError(f"linear: residual has shape {tuple(residual.shape)}, expected "
+                             f"the output's {expected} (it is added, not broadcast)")
+        if residual.device != x.device:
+            raise RuntimeError(f"linear: expected all tensors on one device, got "
+                               f"{x.device} and {residual.device}")
     x, weight, bias = autocast_lower(x, weight, bias)
     dtype = promote_types(x.dtype, weight.dtype)
     if bias is not None:
         dtype = promote_types(dtype, bias.dtype)
         bias = cast_to(bias, dtype)
-    return Linear.apply(cast_to(x, dtype), cast_to(weight, dtype), bias)
+    out_dtype = dtype if residual is None else promote_types(dtype, residual.dtype)
+    return Linear.apply(cast_to(x, dtype), cast_to(weight, dtype), bias, residual, out_dtype)

@@ -68,7 +68,10 @@ def _linear_cost(m: Linear, training: bool, inputs: List[Spec], outputs: List[Sp
     flops = 2 * rows * m.in_features * m.out_features
     if m.bias is not None:
         flops += rows * m.out_features
-    return Cost(flops, spec_bytes(x, y) + _param_bytes(m))
+    residual = inputs[1:2]  # a block's skip connection, added in the same node
+    if residual:
+        flops += rows * m.out_features
+    return Cost(flops, spec_bytes(x, y, *residual) + _param_bytes(m))
 
 
 @register_cost(Embedding)
