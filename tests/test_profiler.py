@@ -58,6 +58,22 @@ def test_every_module_appears_in_the_rows_in_tree_order():
                          "transformer.h.1.attn (self)", "transformer.h.1.mlp (self)"]
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_residual_add_is_counted_once_where_it_runs(dropout):
+    """With dropout off the blocks' skip connections run inside c_proj (its row counts
+    the add); with it on (training) the block adds them itself (its own row does)."""
+    model = small_gpt(dropout=dropout)
+    idx, targets = batch()
+    with profile(model, roofline=ROOF) as prof:
+        model(idx, targets)
+    rows = {r["name"]: r for r in prof.rows if r["phase"] == "forward"}
+    M, C = 4 * 32, 64
+    fused = dropout == 0.0
+    assert rows["transformer.h.0 (self)"]["flops"] == (0 if fused else 2 * M * C)
+    for proj, k in (("transformer.h.0.attn.c_proj", C), ("transformer.h.0.mlp.c_proj", 4 * C)):
+        assert rows[proj]["flops"] == 2 * M * k * C + (M * C if fused else 0)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(3, 5, 7), (2, 4), (6,)])
 def test_linear_flops_are_exactly_2_m_n_k(shape, bias):
@@ -179,7 +195,10 @@ D_LLAMA = C // H_LLAMA
      4 * B * H_LLAMA * T * T * D_LLAMA + 5 * B * H_LLAMA * T * T,
      4 * (2 * B * T * C + 2 * B * T * KV_LLAMA * D_LLAMA)),
     ("model.layers.0.mlp.act", 6 * B * T * F_LLAMA, 4 * 3 * B * T * F_LLAMA),
-    ("model.layers.0", 2 * B * T * C, 4 * 6 * B * T * C),  # (self): two residual adds
+    # the residual add inside o_proj (dropout off): its flops, and the residual read
+    ("model.layers.0.self_attn.o_proj", 2 * B * T * C * C + B * T * C,
+     4 * (3 * B * T * C + C * C)),
+    ("model.layers.0", 0, 0),  # (self): its two residual adds run in o_proj and down_proj
     ("model.layers.0.self_attn", None, None),  # only its children: a sum of them
     ("Llama", 0, 0),  # no position rows
 ])

@@ -145,7 +145,10 @@ def residual_projection(residual: Optional[Tensor], proj: Linear, dropout: Dropo
     projection. While the dropout does nothing (p = 0, or eval mode) the add runs inside
     the projection's node (``Linear``'s ``residual``): one pass over the residual stream
     and one graph node fewer; otherwise as written. Without a residual,
-    ``dropout(proj(y))``."""
+    ``dropout(proj(y))``. The residual is then the projection's second positional
+    argument, so its hooks see it: a forward hook gets the sum as the projection's
+    output, and a forward pre-hook that returns one value (replacing the arguments)
+    drops it."""
     if residual is None:
         return dropout(proj(y))
     if dropout.p == 0.0 or not dropout.training:

@@ -163,8 +163,9 @@ class ApplyRotary(Function):
     ``inverse`` rotates by minus the angle. Backward rotates the gradient the other way
     (a rotation's transpose is its inverse). Saves only cos and sin.
 
-    On a CUDA backend the kernel ``rotary_forward`` takes the inputs it supports (it reads
-    x in place, any strides, bf16 included), for the backward too."""
+    The backend's fused kernel ``rotary_forward`` takes the inputs it supports, for the
+    backward too: CUDA's (x read in place, any strides, bf16 included) and the CPU's
+    (numba, float32)."""
 
     @staticmethod
     def forward(ctx, x, cos, sin, inverse, head_dim):
@@ -180,13 +181,13 @@ class ApplyRotary(Function):
 
 
 def _rotate_heads(ctx, x, cos, sin, inverse, head_dim):
-    """x rotated, on the CUDA kernel where it takes x, else ``_rotate``; with ``head_dim``
+    """x rotated, on the backend's fused kernel where it takes x, else ``_rotate``; with ``head_dim``
     x is (..., T, H * head_dim), heads side by side (a projection's layout), viewed as
     (..., T, H, head_dim) for the rotation and the result given x's shape again."""
     shape = x.shape
     if head_dim is not None:
         x = x.reshape(*shape[:-1], shape[-1] // head_dim, head_dim)  # a view when it can be
-    kernels = ctx.backend.fused_kernels()  # CUDA: backend/kernels (rotary)
+    kernels = ctx.backend.fused_kernels()  # backend/kernels (CUDA) or cpu_kernels (numba)
     if kernels is not None and kernels.supports_rotary(x, cos, sin):
         out = kernels.rotary_forward(x, cos, sin, inverse)
     else:

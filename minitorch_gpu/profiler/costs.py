@@ -197,8 +197,14 @@ def _cross_entropy_cost(m: CrossEntropyLoss, training: bool, inputs: List[Spec],
 
 @register_cost(Block, LlamaDecoderLayer)
 def _block_cost(m: Module, training: bool, inputs: List[Spec], outputs: List[Spec]) -> Cost:
-    x = inputs[0]  # two residual adds, each reading two (B, T, C) and writing one
-    return Cost(2 * _numel(x), 2 * 3 * spec_bytes(x))
+    # the two residual adds, each reading two (B, T, C) and writing one, where the block
+    # makes them: an add whose dropout does nothing runs inside the projection before it
+    # (nn.layers.residual_projection) and is counted there (_linear_cost)
+    halves = (m.attn, m.mlp) if isinstance(m, Block) else (m.self_attn, m.mlp)
+    dropouts = [h.resid_dropout if hasattr(h, "resid_dropout") else h.dropout for h in halves]
+    adds = sum(1 for d in dropouts if training and d.p > 0.0)
+    x = inputs[0]
+    return Cost(adds * _numel(x), adds * 3 * spec_bytes(x))
 
 
 @register_cost(GPT)
