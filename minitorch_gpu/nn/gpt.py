@@ -17,8 +17,7 @@ from . import init
 from .causal_lm import CausalLM, KVCache
 from .containers import ModuleDict, ModuleList
 from .layers import (GELU, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear,
-                     residual_projection,
-                     PackedCausalAttention)
+                     PackedCausalAttention, residual_projection)
 from .lm_config import GPTConfig
 from .module import Module
 from .parameter import Parameter

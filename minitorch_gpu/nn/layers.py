@@ -139,6 +139,12 @@ class Dropout(Module):
         return f"p={self.p}"
 
 
+def residual_fuses(dropout: Dropout) -> bool:
+    """Whether a skip connection around ``dropout`` runs inside the projection before it:
+    while the dropout does nothing (p = 0, or eval mode)."""
+    return dropout.p == 0.0 or not dropout.training
+
+
 def residual_projection(residual: Optional[Tensor], proj: Linear, dropout: Dropout,
                         y: Tensor) -> Tensor:
     """``residual + dropout(proj(y))``: a block's skip connection around its last
@@ -151,7 +157,7 @@ def residual_projection(residual: Optional[Tensor], proj: Linear, dropout: Dropo
     drops it."""
     if residual is None:
         return dropout(proj(y))
-    if dropout.p == 0.0 or not dropout.training:
+    if residual_fuses(dropout):
         # the dropout is the identity here; it is still called, so that hooks (the
         # profiler's rows) see every module; residual positional, so they see it too
         return dropout(proj(y, residual))

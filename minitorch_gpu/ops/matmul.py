@@ -179,9 +179,6 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *,
         if tuple(residual.shape) != expected:
             raise ValueError(f"linear: residual has shape {tuple(residual.shape)}, expected "
                              f"the output's {expected} (it is added, not broadcast)")
-        if residual.device != x.device:
-            raise RuntimeError(f"linear: expected all tensors on one device, got "
-                               f"{x.device} and {residual.device}")
     x, weight, bias = autocast_lower(x, weight, bias)
     dtype = promote_types(x.dtype, weight.dtype)
     if bias is not None:

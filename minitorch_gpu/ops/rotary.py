@@ -181,9 +181,10 @@ class ApplyRotary(Function):
 
 
 def _rotate_heads(ctx, x, cos, sin, inverse, head_dim):
-    """x rotated, on the backend's fused kernel where it takes x, else ``_rotate``; with ``head_dim``
-    x is (..., T, H * head_dim), heads side by side (a projection's layout), viewed as
-    (..., T, H, head_dim) for the rotation and the result given x's shape again."""
+    """x rotated, on the backend's fused kernel where it takes x, else ``_rotate``; with
+    ``head_dim`` x is (..., T, H * head_dim), heads side by side (a projection's layout),
+    viewed as (..., T, H, head_dim) for the rotation and the result given x's shape
+    again."""
     shape = x.shape
     if head_dim is not None:
         x = x.reshape(*shape[:-1], shape[-1] // head_dim, head_dim)  # a view when it can be

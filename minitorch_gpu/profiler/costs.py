@@ -17,6 +17,7 @@ from ..nn import (GELU, GPT, MLP, Block, CausalSelfAttention, CrossEntropyLoss, 
                   LlamaAttention, LlamaDecoderLayer, LlamaMLP, Module, ModuleDict, ModuleList,
                   PackedCausalAttention, ReLU, RMSNorm, Rotary, ScaledDotProductAttention,
                   Sequential, SwiGLU, Tanh)
+from ..nn.layers import residual_fuses
 from ..tensor import Tensor
 
 __all__ = ["Cost", "Spec", "layer_cost", "register_cost", "spec_bytes", "tensor_specs"]
@@ -200,9 +201,8 @@ def _block_cost(m: Module, training: bool, inputs: List[Spec], outputs: List[Spe
     # the two residual adds, each reading two (B, T, C) and writing one, where the block
     # makes them: an add whose dropout does nothing runs inside the projection before it
     # (nn.layers.residual_projection) and is counted there (_linear_cost)
-    halves = (m.attn, m.mlp) if isinstance(m, Block) else (m.self_attn, m.mlp)
-    dropouts = [h.resid_dropout if hasattr(h, "resid_dropout") else h.dropout for h in halves]
-    adds = sum(1 for d in dropouts if training and d.p > 0.0)
+    attn = m.attn if isinstance(m, Block) else m.self_attn
+    adds = sum(not residual_fuses(d) for d in (attn.resid_dropout, m.mlp.dropout))
     x = inputs[0]
     return Cost(adds * _numel(x), adds * 3 * spec_bytes(x))
 

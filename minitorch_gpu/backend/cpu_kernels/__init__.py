@@ -24,8 +24,8 @@ numba is importable and ``NumpyBackend.use_fused_kernels`` is on (the default), 
 
 ``supports_*`` take float32 NumPy arrays only (float64, bf16 and the forms not fused here
 stay with the NumPy code); flash attention has no CPU kernel (the ops' tiled NumPy path
-is already level with PyTorch's there, PERF.md), so its ``supports_*`` always says no. The kernels
-agree with the NumPy code to 1e-5 relative (``tests/test_cpu_kernels.py``).
+is already level with PyTorch's there, PERF.md), so its ``supports_*`` always says no.
+The kernels agree with the NumPy code to 1e-5 relative (``tests/test_cpu_kernels.py``).
 """
 from typing import Any
 
