@@ -1,6 +1,11 @@
 """backend/blas_split.py: stacks of attention-score-shaped products split over the cores
-with one BLAS thread each give np.matmul's results bit for bit, restore BLAS's threads,
-and leave every other product to np.matmul."""
+with one BLAS thread each give np.matmul's results, restore BLAS's threads, and leave
+every other product to np.matmul.
+
+"The same results" means within the rounding of a product, not bit for bit: a BLAS
+kernel may sum a dot product in another order on one thread than on two (OpenBLAS's
+Haswell kernels do, its SkylakeX kernels happen not to), and either is a correct
+product."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +13,18 @@ import pytest
 
 from minitorch_gpu.backend import blas_split, get_backend
 from minitorch_gpu.backend.threads import set_cpu_threads
+
+
+def assert_same_product(result, a, b):
+    """``result`` is ``a @ b`` to within two roundings of a K-term dot product: each entry
+    within 2 K eps (|a| @ |b|) of the float64 product (the textbook bound on a sum of K
+    products, in whatever order BLAS adds them)."""
+    k, eps = a.shape[-1], np.finfo(result.dtype).eps
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    bound = 2 * k * eps * np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+    assert result.shape == exact.shape and result.dtype == a.dtype
+    excess = np.abs(result - exact) - bound
+    assert excess.max() <= 0, f"off by more than the rounding bound: {excess.max():.3g}"
 
 
 @pytest.fixture
@@ -33,12 +50,13 @@ def _scores_operands(rng, batch=(3, 2), t=256, hs=32, dtype=np.float32):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("with_out", [False, True])
-def test_split_products_equal_numpys_bit_for_bit(two_threads, dtype, with_out):
+def test_split_products_are_the_products(two_threads, dtype, with_out):
     q, kt = _scores_operands(np.random.default_rng(0), dtype=dtype)
     out = np.empty(q.shape[:-1] + kt.shape[-1:], dtype) if with_out else None
     result = blas_split.split_matmul(q, kt, out)
     assert result is not None and (out is None or result is out)
-    assert np.array_equal(result, np.matmul(q, kt))
+    assert_same_product(result, q, kt)
+    assert_same_product(np.matmul(q, kt), q, kt)  # NumPy's own, to the same bound
     assert two_threads.get_num_threads() == 2  # restored
 
 
@@ -47,10 +65,10 @@ def test_broadcast_stacks_split_along_the_first_axis(two_threads):
     rng = np.random.default_rng(1)
     q = rng.standard_normal((4, 2, 3, 256, 16)).astype(np.float32)
     kt = rng.standard_normal((4, 2, 1, 16, 256)).astype(np.float32)
-    assert np.array_equal(blas_split.split_matmul(q, kt), np.matmul(q, kt))
+    assert_same_product(blas_split.split_matmul(q, kt), q, kt)
     one = rng.standard_normal((1, 2, 16, 256)).astype(np.float32)  # batch 1 in b only
     qq = rng.standard_normal((5, 2, 256, 16)).astype(np.float32)
-    assert np.array_equal(blas_split.split_matmul(qq, one), np.matmul(qq, one))
+    assert_same_product(blas_split.split_matmul(qq, one), qq, one)
 
 
 @pytest.mark.parametrize("why, a_shape, b_shape", [
@@ -83,4 +101,5 @@ def test_the_backend_matmul_takes_the_split(two_threads, monkeypatch):
         len(pieces)), real(fn, pieces)))
     q, kt = _scores_operands(np.random.default_rng(4))
     result = get_backend("cpu").matmul(q, kt)
-    assert calls == [2] and np.array_equal(result, np.matmul(q, kt))
+    assert calls == [2]
+    assert_same_product(result, q, kt)

@@ -12,8 +12,9 @@ to 72 and 70, and the baby's scores (64 x 32 by 32 x 64) from 2.2 to 2.6 ms, so 
 shapes that won are split (``MAX_INNER``, ``MIN_OUTER``).
 
 Only stacks of at least two matrices, and only where BLAS has at least two threads to
-lend (so a process limited to one thread stays on one core). The results are the same products, bit for bit: each matrix
-is still one BLAS call.
+lend (so a process limited to one thread stays on one core). Each matrix is still one BLAS
+call, now on one thread: the same product to within rounding, though not always bit for bit
+(OpenBLAS's Haswell kernels sum a dot product in another order on one thread than on two).
 """
 from __future__ import annotations
 
