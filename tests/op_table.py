@@ -868,6 +868,18 @@ case("normalize", lambda x: F.normalize(x, dim=-1),
      lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True), Float((3, 5), "nonzero"))
 case("normalize-p1", lambda x: F.normalize(x, p=1, dim=0),
      lambda x: x / np.abs(x).sum(axis=0, keepdims=True), Float((3, 5), "distinct", 0.05))
+# p = 0 counts the nonzero entries (PyTorch's vector_norm; it raised ZeroDivisionError here),
+# inf and -inf take the largest and smallest |x|, any other p the sum of |x|^p
+case("normalize-p0", lambda x: F.normalize(x, p=0, dim=1),
+     lambda x: x / np.maximum(np.count_nonzero(x, axis=1, keepdims=True), 1e-12),
+     Float((3, 5), "distinct", 0.05))
+case("normalize-p3", lambda x: F.normalize(x, p=3, dim=-1),
+     lambda x: x / (np.abs(x) ** 3).sum(axis=-1, keepdims=True) ** (1 / 3),
+     Float((3, 5), "nonzero"))
+case("normalize-p-inf", lambda x: F.normalize(x, p=math.inf, dim=1),
+     lambda x: x / np.abs(x).max(axis=1, keepdims=True), Float((3, 5), "distinct", 0.05))
+case("normalize-p-minus-inf", lambda x: F.normalize(x, p=-math.inf, dim=1),
+     lambda x: x / np.abs(x).min(axis=1, keepdims=True), Float((3, 5), "distinct", 0.05))
 case("sdpa-gqa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
      repeated_heads_attention_ref, Float((2, 6, 3, 4)), Float((2, 2, 5, 4)),
      Float((2, 2, 5, 3)))

@@ -9,6 +9,7 @@ reads its operand once, with no temporary, and BLAS runs on every core.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Optional, Sequence, Union
 
 import ml_dtypes
@@ -217,13 +218,24 @@ def rms_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1,  # noqa: A002
               eps: float = 1e-12) -> Tensor:
     """``input`` divided by its p-norm along ``dim``, the norm clamped below at ``eps``, as
-    torch.nn.functional.normalize."""
+    torch.nn.functional.normalize. Every p torch.linalg.vector_norm takes: 0 counts the
+    nonzero entries (a constant, so no gradient flows through the norm), inf and -inf are
+    the largest and smallest absolute value, any other p is ``sum(|x|^p)^(1/p)`` (a
+    negative p with a zero entry gives norm 0, so the clamp's 1/eps, as PyTorch)."""
     require_tensor(input, "normalize")
     require_float(input, "normalize")
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"normalize: p must be a number, got {type(p).__name__}")
     if p == 2:
         norm = (input * input).sum(dim, keepdim=True).sqrt()
     elif p == 1:
         norm = input.abs().sum(dim, keepdim=True)
+    elif p == 0:
+        norm = (input != 0).sum(dim, keepdim=True).to(input.dtype)
+    elif p == math.inf:
+        norm = input.abs().amax(dim, keepdim=True)
+    elif p == -math.inf:
+        norm = input.abs().amin(dim, keepdim=True)
     else:
         norm = (input.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
     return input / norm.clamp(min=eps)
