@@ -23,6 +23,11 @@ lazily loaded kernels touch another's, and its peak memory is its own) times:
   step over ``steps`` steps after ``warmup``, tokens/s, and MFU against the matmul peak of
   this device in the step's dtype, measured in the same run before and after the cases
   (each time in its own process, same threads), the larger kept;
+* what ran the arithmetic (``machine.libraries``): NumPy's BLAS, its version and the
+  kernel architecture it picked (OpenBLAS runs its Haswell kernels on an AVX-512 processor
+  where ``OPENBLAS_CORETYPE=Haswell`` is set, a third slower there), their threads, numba's
+  and PyTorch's, in every record and under the table: a figure that does not say which
+  kernel ran cannot be compared with another;
 * the peak memory of training: on the CPU the process's resident high-water mark once the
   steps ran, less its resident size just before the model was built (the imports' share
   left out); on a GPU what the memory pool holds once the steps ran;
@@ -202,9 +207,11 @@ def measure_peak(threads: Optional[int], device: str = "cpu",
     on_cpu = device == "cpu"
     dtype = dtypes.bfloat16 if bf16 and not on_cpu else np.float32
     n, repeats = (2048, 8) if on_cpu else (8192, 10)
+    from minitorch_gpu.machine import libraries
     return {"case": "matmul_peak", "threads": threads, "device": device,
             "dtype": "bf16" if dtype == dtypes.bfloat16 else "float32",
-            "gflop_per_s": _measure_matmul(device, dtype, n, repeats) / 1e9}
+            "gflop_per_s": _measure_matmul(device, dtype, n, repeats) / 1e9,
+            "libraries": libraries()}
 
 
 def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: int,
@@ -212,7 +219,7 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
             generate: bool = True, cprofile: int = 0) -> Dict[str, Any]:
     """One case on one side, in this process: what ``run_bench`` prints for it."""
     import minitorch_gpu as mt
-    from minitorch_gpu.machine import set_num_threads
+    from minitorch_gpu.machine import libraries, set_num_threads
     set_num_threads(threads)
     if side not in OUR_SIDES:
         import torch
@@ -239,7 +246,8 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
     for i in range(warmup):
         step(i)
     described = {"case": case, "side": side, "threads": threads, "device": device,
-                 "dtype": "bf16" if bf16 else "float32", **shape}
+                 "dtype": "bf16" if bf16 else "float32", **shape,
+                 "libraries": libraries()}  # once the steps loaded what they run on
     if cprofile:
         return {**described, "cprofile_steps": cprofile, **profile_steps(step, cprofile)}
     counter = iter(range(steps))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from .machine import describe_libraries
+
 __all__ = ["format_table"]
 
 RATIO_LABELS = {"minitorch/torch": "ratio ours/torch", "minitorch/best-torch": "ratio ours/best"}
@@ -62,7 +64,20 @@ def format_table(records: List[Dict[str, Any]]) -> str:
         rate_text = f"{rate / 1e3:.0f} TFLOP/s" if rate >= 1e4 else f"{rate:.0f} GFLOP/s"
         lines.append(f"MFU against the {peak.get('dtype', 'float32')} matmul peak (the larger "
                      f"of two measurements, before and after): {rate_text} {where}")
-    return "\n".join(lines + notes)
+    return "\n".join(lines + notes + _libraries_lines(records))
+
+
+def _libraries_lines(records: List[Dict[str, Any]]) -> List[str]:
+    """One line per side saying what ran its arithmetic (the peak's process counts as a
+    side), sides with the same libraries on one line."""
+    by_text: Dict[str, List[str]] = {}
+    for r in records:
+        if "libraries" in r:
+            side = "matmul peak" if r["case"] == "matmul_peak" else r["side"]
+            sides = by_text.setdefault(describe_libraries(r["libraries"]), [])
+            if side not in sides:
+                sides.append(side)
+    return [f"ran on ({', '.join(sides)}): {text}" for text, sides in by_text.items()]
 
 
 def _times(ratio: Optional[float], width: int) -> str:

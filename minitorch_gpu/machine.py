@@ -23,7 +23,13 @@ import numpy as np
 from .atomic import atomic_write
 from .backend import dtypes, get_backend
 
-__all__ = ["cache_dir", "copy_bandwidth", "matmul_peak_flops", "set_num_threads"]
+__all__ = ["cache_dir", "copy_bandwidth", "describe_libraries", "libraries",
+           "matmul_peak_flops", "set_num_threads"]
+
+# what pins OpenBLAS's kernels and caches on some machines: a figure measured under them is
+# not the processor's own speed, so every bench record names them when they are set
+BLAS_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_VERBOSE",
+                  "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE")
 
 
 def cache_dir() -> Path:
@@ -158,3 +164,68 @@ def copy_bandwidth(device: str = "cpu", dtype: Any = dtypes.float32, *,
         nbytes, repeats = (256 << 20, 5) if device == "cpu" else (2 << 30, 10)
         return _measure_copy(device, dtype, nbytes, repeats)
     return _cached("copy", device, dtype, refresh, measure)
+
+
+def libraries() -> Dict[str, Any]:
+    """What runs this process's arithmetic, as a bench record carries it: NumPy's version,
+    every thread pool threadpoolctl finds loaded (a BLAS's library, version, the kernel
+    architecture it picked, its threads), the split threads of ``backend/threads.py``,
+    numba's and PyTorch's threading where they are imported, and the environment
+    variables that pin a BLAS's kernels (BLAS_VARIABLES) where set."""
+    import sys
+
+    from threadpoolctl import threadpool_info
+
+    from .backend.threads import cpu_threads
+    found: Dict[str, Any] = {
+        "numpy": np.__version__,
+        "pools": [{key: info.get(key) for key in ("user_api", "internal_api", "version",
+                                                   "architecture", "num_threads",
+                                                   "threading_layer")}
+                  | {"file": os.path.basename(info.get("filepath") or "")}
+                  for info in threadpool_info()],
+        "split_threads": cpu_threads(),
+        "environment": {name: os.environ[name] for name in BLAS_VARIABLES
+                        if name in os.environ},
+    }
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        try:
+            layer = numba.threading_layer()
+        except ValueError:  # no parallel region has run: numba's own pool never started
+            layer = None
+        found["numba"] = {"version": numba.__version__, "threading_layer": layer,
+                          "num_threads": numba.config.NUMBA_NUM_THREADS}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        shown = torch.__config__.show()
+        blas = [part.split("=", 1)[1] for part in shown.replace(",", " ").split()
+                if part.startswith("BLAS_INFO=")]
+        found["torch"] = {"version": torch.__version__, "num_threads": torch.get_num_threads(),
+                          "blas": blas[0] if blas else None,
+                          "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return found
+
+
+def describe_libraries(found: Dict[str, Any]) -> str:
+    """``libraries()``'s record in one line: "NumPy 2.3.5, BLAS OpenBLAS 0.3.31 (Haswell
+    kernels, 2 threads; OPENBLAS_CORETYPE=Haswell), numba 0.62.1, torch ..."."""
+    parts = [f"NumPy {found.get('numpy', '?')}"]
+    for pool in found.get("pools", []):
+        if pool.get("user_api") != "blas":
+            continue
+        kernels = f"{pool['architecture']} kernels, " if pool.get("architecture") else ""
+        threads = pool.get("num_threads")
+        parts.append(f"BLAS {pool.get('internal_api')} {pool.get('version') or ''} "
+                     f"({kernels}{threads} thread{'' if threads == 1 else 's'})"
+                     .replace("  ", " "))
+    pinned = found.get("environment") or {}
+    if pinned:
+        parts.append("pinned by " + " ".join(f"{k}={v}" for k, v in pinned.items()))
+    if "numba" in found:
+        parts.append(f"numba {found['numba']['version']}")
+    if "torch" in found:
+        torch = found["torch"]
+        parts.append(f"torch {torch['version']} ({torch['blas']} BLAS, "
+                     f"{torch['cpu_capability']}, {torch['num_threads']} threads)")
+    return ", ".join(parts)

@@ -6,9 +6,12 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.util import find_spec
 
+import numpy as np
 import pytest
 
+from minitorch_gpu.machine import BLAS_VARIABLES, describe_libraries, libraries
 from minitorch_gpu.bench import (CASES, GPU_CASES, TORCH_SIDES, format_table,
                                  parse_torch_sides, torch_available)
 from minitorch_gpu.cli import BENCH_CASES
@@ -50,6 +53,21 @@ def test_quick_bench_measures_every_case():
     table = done.stdout.split("\n", len(lines))[-1]
     assert "baby" in table and "small" in table and "llama" in table and "GFLOP/s" in table
     assert "ns/param" in table
+    # every record names what ran its arithmetic: the BLAS, its kernels, its threads
+    for r in lines:
+        blas = [p for p in r["libraries"]["pools"] if p["user_api"] == "blas"]
+        assert len(blas) == 1 and blas[0]["num_threads"] == 1 and blas[0]["version"]
+        assert r["libraries"]["numpy"] == np.__version__
+        assert r["libraries"]["environment"] == {
+            k: os.environ[k] for k in BLAS_VARIABLES if k in os.environ}
+    assert all("numba" in r["libraries"] for r in measured) == (find_spec("numba") is not None)
+    ran_on = [line for line in table.splitlines() if line.startswith("ran on (")]
+    assert {side for line in ran_on for side in line[8:line.index(")")].split(", ")} == \
+        {"matmul peak", "minitorch"}
+    kernels = [p for p in lines[0]["libraries"]["pools"] if p["user_api"] == "blas"][0]
+    threads = f"({kernels['architecture']} kernels, 1 thread)" if kernels["architecture"] \
+        else "(1 thread)"
+    assert all(f"NumPy {np.__version__}, BLAS " in line and threads in line for line in ran_on)
     by_case = {r["case"]: r for r in measured}
     for r in measured:  # the step time per parameter, what compares the architectures
         assert r["step_ns_per_param"] == pytest.approx(r["step_ms"]["median"] * 1e6 /
@@ -81,6 +99,10 @@ def test_quick_bench_against_torch_prints_ratios():
         summary["minitorch"]["train_tokens_per_s"] / fastest["train_tokens_per_s"])
     for row in ("ratio ours/torch", "ratio ours/best", "torch-explicit"):
         assert row in done.stdout
+    torch_libraries = summary["torch"]["libraries"]["torch"]
+    assert torch_libraries["num_threads"] >= 1 and torch_libraries["version"]
+    assert "torch" not in summary["minitorch"]["libraries"]
+    assert "ran on (torch, torch-explicit): " in done.stdout
 
 
 @needs_torch
@@ -303,6 +325,36 @@ def test_table_without_torch_rows():
            "train_memory_mb": 60.0}
     text = format_table([{"case": "matmul_peak", "gflop_per_s": 190.0, "threads": 2}, row])
     assert "15000" in text and "40.0%" in text and "190 GFLOP/s with 2" in text
+
+
+def test_the_libraries_line_names_the_kernels_and_what_pinned_them():
+    found = {"numpy": "2.4.6", "split_threads": 2,
+             "environment": {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512"},
+             "pools": [{"user_api": "blas", "internal_api": "openblas", "version": "0.3.31",
+                        "architecture": "Haswell", "num_threads": 2},
+                       {"user_api": "openmp", "internal_api": "openmp", "num_threads": 2}],
+             "numba": {"version": "0.68.1"},
+             "torch": {"version": "2.13.0", "blas": "mkl", "cpu_capability": "AVX512",
+                       "num_threads": 2}}
+    assert describe_libraries(found) == (
+        "NumPy 2.4.6, BLAS openblas 0.3.31 (Haswell kernels, 2 threads), pinned by "
+        "OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512, numba 0.68.1, torch 2.13.0 (mkl "
+        "BLAS, AVX512, 2 threads)")
+    row = {"case": "baby", "side": "minitorch", "step_ms": {"median": 50.0}, "mfu": 0.4,
+           "train_tokens_per_s": 15000.0, "generate_tokens_per_s": 700.0,
+           "train_memory_mb": 60.0, "libraries": found}
+    peak = {"case": "matmul_peak", "gflop_per_s": 190.0, "threads": 2, "libraries": found}
+    assert format_table([peak, row]).splitlines()[-1] == \
+        "ran on (matmul peak, minitorch): " + describe_libraries(found)
+
+
+def test_the_libraries_of_this_process_as_threadpoolctl_sees_them():
+    from threadpoolctl import threadpool_info
+    found = libraries()
+    blas = [info for info in threadpool_info() if info["user_api"] == "blas"]
+    assert [p["architecture"] for p in found["pools"] if p["user_api"] == "blas"] == \
+        [info.get("architecture") for info in blas]
+    assert found["numpy"] == np.__version__ and found["split_threads"] >= 1
 
 
 def test_the_numpy_side_runs_ours_without_the_kernels_and_is_never_the_best_torch(
