@@ -82,9 +82,23 @@ __device__ __forceinline__ float to_float(bf16_bits x) {
     return __uint_as_float((unsigned int)x.bits << 16);
 }
 __device__ __forceinline__ float to_float(fp16_bits x) {
+#if defined(__CUDA_ARCH__)  // NVRTC and nvcc's device pass: the one PTX instruction
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
     return f;
+#else  // the same exact widening in C, for a host compiler (the CPU emulation's g++)
+    const unsigned int sign = (unsigned int)(x.bits & 0x8000u) << 16;
+    unsigned int exponent = (x.bits >> 10) & 0x1fu, mantissa = x.bits & 0x3ffu;
+    if (exponent == 0x1fu)  // inf, nan
+        return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+    if (exponent == 0) {
+        if (mantissa == 0) return __uint_as_float(sign);
+        exponent = 113;  // a subnormal half is a normal float: shift its leading 1 up
+        while (!(mantissa & 0x400u)) { mantissa <<= 1; --exponent; }
+        return __uint_as_float(sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13));
+    }
+    return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+#endif
 }
 
 // the storage type of q, k, v and dO
