@@ -1,0 +1,95 @@
+// Small kernels that each do one thing the emulated GPU must get right or catch
+// (tests/test_cuda_emulation.py). Macros pick the broken variants.
+
+#define FULL_MASK 0xffffffffu
+
+// out[block] = the sum of the block's x, through shared memory and one barrier.
+extern "C" __global__ void __launch_bounds__(256)
+block_sum(const float* x, float* out, int n)
+{
+    __shared__ float s[256];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.0f;
+#ifndef SKIP_BARRIER
+    __syncthreads();
+#endif
+    if (threadIdx.x == 0) {
+        float total = 0.0f;
+        for (int t = 0; t < (int)blockDim.x; ++t) total += s[t];
+        out[blockIdx.x] = total;
+    }
+}
+
+// out[t] = x[t] + x[n - 1 - t] through shared memory; RACE leaves out the barrier between
+// reading the mirror slot and overwriting one's own.
+extern "C" __global__ void __launch_bounds__(256)
+mirror_add(const float* x, float* out)
+{
+    __shared__ float s[256];
+    const int t = threadIdx.x, n = blockDim.x;
+    s[t] = x[t];
+    __syncthreads();
+    const float mirror = s[n - 1 - t];
+#ifndef RACE
+    __syncthreads();
+#endif
+    s[t] = s[t] + mirror;
+    __syncthreads();
+    out[t] = s[t];
+}
+
+// y[i] = 1 for i <= n (ROW_LOOP_LE) or i < n: the first writes one past y's end.
+extern "C" __global__ void __launch_bounds__(256)
+fill_ones(float* y, int n)
+{
+    for (int i = threadIdx.x;
+#ifdef ROW_LOOP_LE
+         i <= n;
+#else
+         i < n;
+#endif
+         i += blockDim.x)
+        y[i] = 1.0f;
+}
+
+// The four shuffles of each thread's value, over `width` lanes: out is (4, threads).
+extern "C" __global__ void __launch_bounds__(1024)
+shuffles(const float* x, float* out, int operand, int width)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x, n = gridDim.x * blockDim.x;
+    const float v = x[t];
+    out[t] = __shfl_sync(FULL_MASK, v, operand, width);
+    out[n + t] = __shfl_up_sync(FULL_MASK, v, operand, width);
+    out[2 * n + t] = __shfl_down_sync(FULL_MASK, v, operand, width);
+    out[3 * n + t] = __shfl_xor_sync(FULL_MASK, v, operand, width);
+}
+
+// A warp sum whose upper half-warp leaves first (EXIT_EARLY), or names only the lower half
+// in its mask while every lane shuffles (HALF_MASK), or waits at a barrier while the lower
+// half shuffles (BARRIER_SPLIT).
+extern "C" __global__ void __launch_bounds__(1024)
+broken_warp_sum(const float* x, float* out)
+{
+    float v = x[threadIdx.x];
+#ifdef EXIT_EARLY
+    if (threadIdx.x % 32 >= 16) return;
+#endif
+#ifdef BARRIER_SPLIT
+    if (threadIdx.x % 32 >= 16) { __syncthreads(); return; }
+#endif
+#ifdef HALF_MASK
+    const unsigned mask = 0x0000ffffu;
+#else
+    const unsigned mask = FULL_MASK;
+#endif
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(mask, v, offset);
+    out[threadIdx.x] = v;
+}
+
+// x * scale in float32 arithmetic: a subnormal x or product becomes 0 under -ftz=true.
+extern "C" __global__ void __launch_bounds__(256)
+scaled(const float* x, float* y, long long n, float scale)
+{
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * scale;
+}
