@@ -13,7 +13,9 @@ A device that only tests use. It imitates what the kernels' launchers
 * ``launch.py``: ``RawModule``/``RawKernel`` look-alikes that check every launch against the
   kernel's C signature and ``__launch_bounds__``, and name the buffer a fault ran past;
 * ``memory.py``: device arrays are NumPy arrays flush against a guard page, poisoned when
-  allocated.
+  allocated;
+* ``host_kernels.py``: the launchers for host arrays, so the CPU backend's ops can take
+  their kernel branches through the CUDA kernels (each kernel tested against its op).
 
 What it cannot show is what only a GPU has: speed, the memory pool, streams running
 concurrently, cuBLAS and NCCL (docs/DESIGN.md).
@@ -29,10 +31,12 @@ from typing import Any, Iterator, Tuple
 import numpy as np
 
 from . import memory
-from .launch import EmulatedKernel, EmulatedKernelError, EmulatedModule, schedules
+from .host_kernels import kernels_for_host_arrays
+from .launch import EmulatedKernel, EmulatedKernelError, EmulatedModule, launched, schedules
 
 __all__ = ["EmulatedKernel", "EmulatedKernelError", "EmulatedModule", "activate",
-           "deactivate", "emulated", "memory", "requested", "schedules", "stand_in"]
+           "deactivate", "emulated", "kernels_for_host_arrays", "launched", "memory",
+           "requested", "schedules", "stand_in"]
 
 SWITCH = "MINITORCH_EMULATE_CUDA"
 

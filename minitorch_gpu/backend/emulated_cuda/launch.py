@@ -23,13 +23,14 @@ import ctypes
 import functools
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
 from . import build, memory
 
-__all__ = ["EmulatedKernel", "EmulatedKernelError", "EmulatedModule", "schedules"]
+__all__ = ["EmulatedKernel", "EmulatedKernelError", "EmulatedModule", "launched",
+           "schedules"]
 
 MAX_THREADS = 1024
 MAX_BLOCK = (1024, 1024, 64)
@@ -44,6 +45,7 @@ _C_NAMES = {"f4": "float", "f8": "double", "i1": "signed char", "i2": "short", "
 
 _launch_lock = threading.Lock()  # one launch at a time: the runtime's state is global
 _seed = [0]
+launched: List[str] = []  # every kernel launched, by name, in order (a test may clear it)
 
 
 class EmulatedKernelError(RuntimeError):
@@ -173,6 +175,7 @@ class EmulatedKernel:
         state.block[:] = block3
         state.seed = _seed[0]
         with _launch_lock:
+            launched.append(self.name)
             self._entry(ctypes.byref(state), pointers)
         if state.status == 1:
             raise self._error(state.message.decode(errors="replace"))

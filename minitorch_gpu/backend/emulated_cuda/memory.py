@@ -56,8 +56,8 @@ def empty(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     if _libc.mprotect(stop, PAGE, PROT_NONE) != 0:
         raise OSError(ctypes.get_errno(), "emulated device: mprotect of a guard page failed")
     offset = data_pages * PAGE - nbytes
+    np.frombuffer(region, dtype=np.uint8, count=nbytes, offset=offset)[:] = 0xFF
     array = np.frombuffer(region, dtype=dtype, count=count, offset=offset).reshape(shape)
-    array.view(np.uint8).reshape(-1)[:] = 0xFF
     buffer = Buffer(stop - nbytes, stop, dtype, shape)
     with _lock:
         _buffers[buffer.start] = buffer
