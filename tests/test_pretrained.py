@@ -20,6 +20,7 @@ import pytest
 import tokenizers
 from safetensors import safe_open
 from safetensors.numpy import save_file
+from threadpoolctl import threadpool_limits
 
 import minitorch_gpu as mt
 from minitorch_gpu.checkpoint import save_checkpoint
@@ -887,7 +888,11 @@ def test_generate_samples_from_a_folder_and_greedy_matches_the_api(tmp_path, hf_
     assert greedy.returncode == 0, greedy.stderr
     loaded = load_pretrained(folder)
     prompt = loaded.tokenizer.encode("the king")
-    out = loaded.model.generate(mt.tensor([prompt]), 5, temperature=0.0)
+    # on one BLAS thread, as the CLI's process (``cli`` sets OPENBLAS_NUM_THREADS=1): the
+    # same arithmetic, so the same logits to the bit and the same greedy tokens (OpenBLAS
+    # may sum a product in another order on two threads than on one)
+    with threadpool_limits(limits=1, user_api="blas"):
+        out = loaded.model.generate(mt.tensor([prompt]), 5, temperature=0.0)
     assert greedy.stdout == loaded.tokenizer.decode(host(out)[0].tolist()) + "\n"
 
 
