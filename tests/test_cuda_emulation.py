@@ -183,7 +183,7 @@ def test_kernel_declarations_are_read_with_their_bounds():
     kernels = {k.name: k for k in kernels_of(loader.source_text("attention.cu"))}
     assert set(kernels) == {"flash_attention_forward", "flash_attention_backward_preprocess",
                             "flash_attention_backward_dq", "flash_attention_backward_dkdv"}
-    assert kernels["flash_attention_forward"].bounds == "WARPS * WARP"
+    assert kernels["flash_attention_forward"].bounds == "WARPS * WARP FWD_MIN_BLOCKS"
     assert kernels["flash_attention_forward"].parameters[:5] == ("q", "k", "v", "o", "lse")
 
 

@@ -37,7 +37,8 @@ _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+'
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel's C declaration as written: name, parameter names, __launch_bounds__."""
+    """A kernel's C declaration as written: name, parameter names, __launch_bounds__'s
+    arguments (the header's first_of takes the most threads per block from them)."""
 
     name: str
     parameters: Tuple[str, ...]

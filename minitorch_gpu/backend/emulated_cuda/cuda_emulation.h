@@ -424,6 +424,11 @@ void call_with(void (*kernel)(A...), void** args, std::index_sequence<I...>) {
 template <typename... A>
 constexpr size_t arity(void (*)(A...)) { return sizeof...(A); }
 
+// __launch_bounds__'s most threads per block: its first argument, whatever macro brought
+// the second (a minimum of resident blocks, for the register allocator)
+template <typename... Rest>
+constexpr long first_of(long threads, Rest...) { return threads; }
+
 }  // namespace emu
 
 // --- CUDA's built-in variables and intrinsics ---------------------------------------------
@@ -519,5 +524,5 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
         return ::emu::signature(name);                                                      \
     }                                                                                       \
     extern "C" __attribute__((visibility("default"))) long emu_bounds_##name() {           \
-        return (long)(bounds);                                                              \
+        return ::emu::first_of(bounds);                                                     \
     }

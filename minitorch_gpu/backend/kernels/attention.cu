@@ -122,6 +122,17 @@ typedef fp16_bits input_t;
 #define FWD_ROWS 4                          // query rows per warp in the forward
 #define BWD_ROWS (HEAD_DIM > 64 ? 2 : 4)    // query rows (dq) / key rows (dkdv) per warp
 #define FULL_MASK 0xffffffffu
+// The forward's minimum resident blocks per SM, for ptxas's register budget. Measured with
+// NVRTC 13.5 (scripts/kernel_resources.py, PERF.md): at HEAD_DIM 64 sm_90 took 124
+// registers (4 blocks, 25% occupancy); asking for 5 gives 96 with no spill (5 blocks,
+// 31%). At other sizes the same request gained nothing or spilled (33, 65, 99), so it is
+// asked only at 64 (and a minimum of 1 is not the same as none: it changes the allocation
+// too); whether 31% runs faster than 25% only a GPU can say.
+#if HEAD_DIM == 64
+#define FWD_MIN_BLOCKS , 5
+#else
+#define FWD_MIN_BLOCKS
+#endif
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -234,7 +245,7 @@ __device__ __forceinline__ float recompute_p(const float* q_i, const float* k_j,
 // grid: ceil(L / BR) * B * H * G blocks of WARPS * 32 threads.
 // q: (B, H, G, L, HEAD_DIM), k, v: (B, H, 1, S, HEAD_DIM), strided; o: (B, H, G, L,
 // HEAD_DIM) and lse: (B, H, G, L) outputs, contiguous float32.
-extern "C" __global__ void __launch_bounds__(WARPS * WARP)
+extern "C" __global__ void __launch_bounds__(WARPS * WARP FWD_MIN_BLOCKS)
 flash_attention_forward(const input_t* __restrict__ q, const input_t* __restrict__ k,
                         const input_t* __restrict__ v, float* __restrict__ o,
                         float* __restrict__ lse, int L, int S, int heads, int group,

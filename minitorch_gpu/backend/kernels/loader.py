@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, List, Tuple
 
 import numpy as np
 
@@ -47,6 +47,22 @@ def source_text(filename: str) -> str:
     return (SOURCE_DIR / filename).read_text(encoding="utf-8")
 
 
+def every_build() -> List[Tuple[str, Tuple[Tuple[str, int], ...]]]:
+    """(source, defines) of every module the launchers can ask ``load_kernel`` for: each
+    source as it is, attention.cu at every head size 1..128 in each storage dtype, the
+    softmax with bf16 probabilities, the Llama kernels reading bf16."""
+    from .attention import ATTENTION_INPUT_DTYPES, MAX_HEAD_DIM
+    builds: List[Tuple[str, Tuple[Tuple[str, int], ...]]] = [
+        (name, ()) for name in SOURCES if name != "attention.cu"]
+    builds += [("attention.cu", (("HEAD_DIM", d), ("INPUT_DTYPE", code)))
+               for code in ATTENTION_INPUT_DTYPES.values()
+               for d in range(1, MAX_HEAD_DIM + 1)]
+    builds += [("attention_softmax.cu", (("PROB_BF16", 1),))]
+    builds += [(name, (("INPUT_DTYPE", 1),)) for name in ("rmsnorm.cu", "rotary.cu",
+                                                          "swiglu.cu")]
+    return builds
+
+
 def require_cupy() -> Any:
     """The cupy module; RuntimeError with the install hint where it can't be imported."""
     if _cupy.cupy is None:
@@ -64,9 +80,19 @@ def _module(device_id: int, filename: str, defines: Tuple[Tuple[str, int], ...])
         return cupy.RawModule(code=source_text(filename), options=options)
 
 
+@functools.lru_cache(maxsize=None)
+def _kernel(device_id: int, filename: str, defines: Tuple[Tuple[str, int], ...],
+            name: str) -> Any:
+    """Kernel ``name`` of a module, looked up once: CuPy 14's ``get_function`` builds a
+    new RawKernel and calls cuModuleGetFunction on every call (raw.pyx), host time on
+    every launch of every step otherwise."""
+    return _module(device_id, filename, defines).get_function(name)
+
+
 def load_kernel(like: Any, filename: str, name: str, **defines: int) -> Any:
-    """Kernel ``name`` of ``filename``, for the device ``like`` lives on."""
-    return _module(like.device.id, filename, tuple(sorted(defines.items()))).get_function(name)
+    """Kernel ``name`` of ``filename``, for the device ``like`` lives on (one lookup per
+    device, module and name)."""
+    return _kernel(like.device.id, filename, tuple(sorted(defines.items())), name)
 
 
 def on_device_of_first_array(launcher: Callable) -> Callable:

@@ -1,0 +1,87 @@
+"""Each CUDA kernel's registers, spills, static shared memory and theoretical occupancy on
+sm_80 and sm_90, as ptxas reports them when NVRTC compiles the builds the launchers ask
+for with CuPy 14's options (minitorch_gpu/backend/kernels/nvrtc.py). No GPU needed.
+
+    python scripts/kernel_resources.py                 # the table at head sizes 17/32/64/128
+    python scripts/kernel_resources.py --check         # every build (396 x 2 architectures):
+                                                       # exit 1 on a compile error or warning,
+                                                       # or a spill at head size 32, 64 or 128
+    python scripts/kernel_resources.py --head-dims 64 96
+
+NVRTC runs one compile at a time per process, so the builds are spread over processes.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import sys
+from typing import List, Optional
+
+from minitorch_gpu.backend.kernels import loader, nvrtc
+
+# threads per block of each kernel's launch (the launchers' constants)
+_ATTENTION = 128
+_THREADS = {"flash_attention_forward": _ATTENTION, "flash_attention_backward_dq": _ATTENTION,
+            "flash_attention_backward_dkdv": _ATTENTION,
+            "flash_attention_backward_preprocess": _ATTENTION}
+NO_SPILL_HEAD_DIMS = (32, 64, 128)
+
+
+def _compile(job):
+    name, defines, arch = job
+    try:
+        log, _ = nvrtc.compile_source(loader.source_text(name), name,
+                                      nvrtc.ptxas_options(arch, defines))
+    except nvrtc.NvrtcError as exc:
+        return job, None, str(exc)
+    return job, nvrtc.resources(log), ("warning" in log.lower() and log) or None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compile every build; exit 1 "
+                        "on an error, a warning or a spill at head size 32, 64 or 128")
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[17, 32, 64, 128],
+                        help="attention head sizes to list (default: 17 32 64 128)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args(argv)
+    if not nvrtc.available():
+        print("kernel_resources: NVRTC is not installed (pip install nvidia-cuda-nvrtc)",
+              file=sys.stderr)
+        return 2
+    shown = set(args.head_dims)
+    jobs = [(name, defines, arch) for name, defines in loader.every_build()
+            for arch in nvrtc.ARCHITECTURES
+            if args.check or dict(defines).get("HEAD_DIM", 0) in shown | {0}]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(_compile, jobs, chunksize=4))
+    major, minor = nvrtc.version()
+    print(f"NVRTC {major}.{minor}; options: {' '.join(nvrtc.ptxas_options('XX'))}")
+    print(f"{'source':22s} {'defines':24s} {'kernel':36s} {'arch':>4s} {'regs':>4s} "
+          f"{'spill B':>7s} {'smem B':>6s} {'occupancy':>9s}")
+    problems = []
+    for (name, defines, arch), rows, error in results:
+        d = dict(defines)
+        label = " ".join(f"{k}={v}" for k, v in defines)
+        if error:
+            problems.append(f"{name} {label} sm_{arch}: {error[:300]}")
+        for r in rows or []:
+            spilled = r.spill_stores + r.spill_loads
+            if spilled and d.get("HEAD_DIM", 0) in (0,) + NO_SPILL_HEAD_DIMS:
+                problems.append(f"{name} {label} {r.kernel} sm_{arch}: spills {spilled} bytes")
+            if d.get("HEAD_DIM", 0) in shown | {0}:
+                threads = _THREADS.get(r.kernel, 256)
+                share = nvrtc.occupancy(arch, threads, r.registers, r.shared)
+                print(f"{name:22s} {label:24s} {r.kernel:36s} {arch:>4s} {r.registers:4d} "
+                      f"{spilled:7d} {r.shared:6d} {100 * share:8.1f}%")
+    if args.check:
+        print(f"{len(results)} builds compiled ({len(loader.every_build())} builds x "
+              f"{len(nvrtc.ARCHITECTURES)} architectures)")
+    for line in problems:
+        print("problem:", line, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
