@@ -19,6 +19,7 @@ import sys
 from typing import List, Optional
 
 from minitorch_gpu.backend.kernels import loader, nvrtc
+from minitorch_gpu.backend.kernels.builds import every_build
 
 # threads per block of each kernel's launch (the launchers' constants)
 _ATTENTION = 128
@@ -51,7 +52,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
         return 2
     shown = set(args.head_dims)
-    jobs = [(name, defines, arch) for name, defines in loader.every_build()
+    jobs = [(name, defines, arch) for name, defines in every_build()
             for arch in nvrtc.ARCHITECTURES
             if args.check or dict(defines).get("HEAD_DIM", 0) in shown | {0}]
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -76,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"{name:22s} {label:24s} {r.kernel:36s} {arch:>4s} {r.registers:4d} "
                       f"{spilled:7d} {r.shared:6d} {100 * share:8.1f}%")
     if args.check:
-        print(f"{len(results)} builds compiled ({len(loader.every_build())} builds x "
+        print(f"{len(results)} builds compiled ({len(every_build())} builds x "
               f"{len(nvrtc.ARCHITECTURES)} architectures)")
     for line in problems:
         print("problem:", line, file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from minitorch_gpu.backend.kernels import loader, nvrtc
+from minitorch_gpu.backend.kernels.builds import every_build
 
 pytestmark = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed (pip "
                                 "install nvidia-cuda-nvrtc; the dev extra takes it)")
@@ -26,7 +27,7 @@ def head_dim(defines) -> int:
 def jobs():
     """(source, defines, arch): the builds at the sampled head sizes (and every build of
     the other sources), for both architectures."""
-    return [(name, defines, arch) for name, defines in loader.every_build()
+    return [(name, defines, arch) for name, defines in every_build()
             if head_dim(defines) in (0,) + SAMPLED_HEAD_DIMS for arch in nvrtc.ARCHITECTURES]
 
 
@@ -45,7 +46,7 @@ def compiled():
 
 
 def test_the_sampled_builds_compile_with_cupys_options_and_no_warning(compiled):
-    assert len(loader.every_build()) == 396 and len(compiled) == 2 * (8 + 3 * 4 + 4)
+    assert len(every_build()) == 396 and len(compiled) == 2 * (8 + 3 * 4 + 4)
     failed = {f"{n} {d} sm_{a}": str(log)[:400] for (n, d, a), log in compiled.items()
               if isinstance(log, Exception) or "warning" in log.lower()}
     assert not failed, failed

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Tuple
 
 import numpy as np
 
@@ -45,22 +45,6 @@ def source_text(filename: str) -> str:
         raise ValueError(f"fused kernels: unknown source {filename!r}, expected one of "
                          f"{list(SOURCES)}")
     return (SOURCE_DIR / filename).read_text(encoding="utf-8")
-
-
-def every_build() -> List[Tuple[str, Tuple[Tuple[str, int], ...]]]:
-    """(source, defines) of every module the launchers can ask ``load_kernel`` for: each
-    source as it is, attention.cu at every head size 1..128 in each storage dtype, the
-    softmax with bf16 probabilities, the Llama kernels reading bf16."""
-    from .attention import ATTENTION_INPUT_DTYPES, MAX_HEAD_DIM
-    builds: List[Tuple[str, Tuple[Tuple[str, int], ...]]] = [
-        (name, ()) for name in SOURCES if name != "attention.cu"]
-    builds += [("attention.cu", (("HEAD_DIM", d), ("INPUT_DTYPE", code)))
-               for code in ATTENTION_INPUT_DTYPES.values()
-               for d in range(1, MAX_HEAD_DIM + 1)]
-    builds += [("attention_softmax.cu", (("PROB_BF16", 1),))]
-    builds += [(name, (("INPUT_DTYPE", 1),)) for name in ("rmsnorm.cu", "rotary.cu",
-                                                          "swiglu.cu")]
-    return builds
 
 
 def require_cupy() -> Any:
