@@ -18,14 +18,21 @@ import os
 import sys
 from typing import List, Optional
 
+from minitorch_gpu.backend import kernels
 from minitorch_gpu.backend.kernels import loader, nvrtc
 from minitorch_gpu.backend.kernels.builds import every_build
 
-# threads per block of each kernel's launch (the launchers' constants)
-_ATTENTION = 128
-_THREADS = {"flash_attention_forward": _ATTENTION, "flash_attention_backward_dq": _ATTENTION,
-            "flash_attention_backward_dkdv": _ATTENTION,
-            "flash_attention_backward_preprocess": _ATTENTION}
+# threads per block of each source's launches (the launchers' constants)
+THREADS = {"attention.cu": kernels.ATTENTION_WARPS * 32,
+           "attention_softmax.cu": kernels.SOFTMAX_THREADS,
+           "cross_entropy.cu": kernels.CROSS_ENTROPY_THREADS,
+           "layernorm.cu": kernels.LAYERNORM_WARPS_PER_BLOCK * 32,
+           "rmsnorm.cu": kernels.RMS_NORM_WARPS_PER_BLOCK * 32,
+           "gelu.cu": kernels.ELEMENTWISE_THREADS, "adamw.cu": kernels.ELEMENTWISE_THREADS,
+           "rotary.cu": kernels.ELEMENTWISE_THREADS, "swiglu.cu": kernels.ELEMENTWISE_THREADS}
+# the column-sum kernels' blocks
+COLUMN_THREADS = {"layernorm_backward_dweight_dbias": kernels.LAYERNORM_COLUMN_THREADS,
+                  "rms_norm_backward_dweight": kernels.RMS_NORM_COLUMN_THREADS}
 NO_SPILL_HEAD_DIMS = (32, 64, 128)
 
 
@@ -72,7 +79,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if spilled and d.get("HEAD_DIM", 0) in (0,) + NO_SPILL_HEAD_DIMS:
                 problems.append(f"{name} {label} {r.kernel} sm_{arch}: spills {spilled} bytes")
             if d.get("HEAD_DIM", 0) in shown | {0}:
-                threads = _THREADS.get(r.kernel, 256)
+                threads = COLUMN_THREADS.get(r.kernel, THREADS[name])
                 share = nvrtc.occupancy(arch, threads, r.registers, r.shared)
                 print(f"{name:22s} {label:24s} {r.kernel:36s} {arch:>4s} {r.registers:4d} "
                       f"{spilled:7d} {r.shared:6d} {100 * share:8.1f}%")

@@ -8,22 +8,30 @@ mutations of the project's own kernels (one __syncthreads removed, a row loop's 
 """
 from __future__ import annotations
 
+import enum
+import os
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from minitorch_gpu.backend import emulated_cuda
 from minitorch_gpu.backend.emulated_cuda import (EmulatedKernelError, EmulatedModule, memory,
                                                  schedules)
 from minitorch_gpu.backend.emulated_cuda.build import kernels_of
 from minitorch_gpu.backend.kernels import loader
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(
+    emulated_cuda.unavailable_reason() is not None,
+    reason=f"no emulated GPU here: {emulated_cuda.unavailable_reason()}")]
 
 PROBES = Path(__file__).resolve().parent / "emulated_cuda" / "probes.cu"
 SEEDS = (0, 1, 2)
+
+
+class Flag(enum.IntEnum):  # an int subclass: CuPy refuses it as a kernel argument
+    ON = 1
 
 
 def probe(name: str, **defines: int):
@@ -127,7 +135,30 @@ def test_a_shuffle_naming_lanes_past_the_block_is_reported():
     with pytest.raises(EmulatedKernelError, match="names lane 16, past the block's last "
                                                   "thread"):
         probe("broken_warp_sum")((1,), (48,), (x, out))
-    probe("broken_warp_sum")((1,), (64,), (device(np.ones(64)), memory.empty(64)))
+    out = memory.empty(64)
+    probe("broken_warp_sum")((1,), (64,), (device(np.arange(64)), out))
+    np.testing.assert_array_equal(out, np.repeat([np.arange(32).sum(),
+                                                  np.arange(32, 64).sum()], 32))
+
+
+def test_a_partial_warp_shuffles_over_the_lanes_it_has():
+    x, out = np.arange(48, dtype=np.float32), memory.empty(48)
+    probe("partial_warp_sums")((1,), (48,), (device(x), out))
+    np.testing.assert_array_equal(out, np.repeat(x.reshape(3, 16).sum(1), 16))
+
+
+def test_warps_of_a_2d_block_follow_the_linear_thread_index():
+    x, out = np.arange(64, dtype=np.float32), memory.empty(64)
+    probe("rotate_2d")((1,), (8, 8), (device(x), out))  # warp 0: rows 0-3, warp 1: 4-7
+    np.testing.assert_array_equal(out, [(t - t % 32) + (t % 32 + 1) % 32 for t in range(64)])
+
+
+def test_shuffle_operands_count_by_their_low_five_bits_as_ptx_does():
+    x = np.arange(64, dtype=np.float32)
+    wide, narrow = memory.empty(4 * 64), memory.empty(4 * 64)
+    probe("shuffles")((1,), (64,), (device(x), wide, np.int32(33), np.int32(32)))
+    probe("shuffles")((1,), (64,), (device(x), narrow, np.int32(1), np.int32(32)))
+    np.testing.assert_array_equal(wide, narrow)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -144,6 +175,9 @@ def test_a_shuffle_naming_lanes_past_the_block_is_reported():
     (lambda y: (np.int32(100), y), r"parameter 0 'y' \(float\*\) expects a device array, got "
                                    r"int32"),
     (lambda y: (y,), r"takes 2 arguments \(y, n\), got 1"),
+    (lambda y: (y, 2 ** 63), r"parameter 1 'n' \(int\) expects int, got 9223372036854775808, "
+                             r"which CuPy passes as uint64"),
+    (lambda y: (y, Flag.ON), r"parameter 1 'n' \(int\): unsupported type Flag"),
 ])
 def test_a_mistyped_launch_argument_is_a_clear_error(args, words):
     with pytest.raises(EmulatedKernelError, match=r"fill_ones \(probes.cu\): " + words):
@@ -156,6 +190,8 @@ def test_launch_shapes_are_checked_against_the_bounds_and_cudas_limits():
     with pytest.raises(EmulatedKernelError, match=r"a block of 512 threads, past "
                                                   r"__launch_bounds__ \(256\)"):
         kernel((1,), (512,), (y, np.int32(4)))
+    with pytest.raises(EmulatedKernelError, match=r"a block of 2048 threads, past CUDA's 1024"):
+        probe("rotate_2d")((1,), (64, 32), (y, y))
     with pytest.raises(EmulatedKernelError, match=r"grid.y is 65536, expected 1 to 65535"):
         kernel((1, 65536), (32,), (y, np.int32(4)))
     with pytest.raises(EmulatedKernelError, match=r"block must be a tuple of 1 to 3 ints"):
@@ -233,4 +269,8 @@ def test_a_row_loop_made_to_run_one_past_its_end_fails(tmp_path):
     with pytest.raises(EmulatedKernelError, match=r"gelu_forward .* read byte 1024 of "
                                                   r"parameter 0 'x', a buffer of 256 float32"):
         kernel((1,), (256,), (x, y, np.int64(256), np.int32(1)))
-    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_module_given_a_relative_path_compiles(monkeypatch):
+    monkeypatch.chdir(PROBES.parent)
+    assert EmulatedModule(Path(PROBES.name)).get_function("fill_ones").parameters == ("y", "n")

@@ -17,11 +17,13 @@ import pytest
 import minitorch_gpu as mt
 import minitorch_gpu.nn.functional as F
 from minitorch_gpu import optim
-from minitorch_gpu.backend import cpu_kernels, get_backend
+from minitorch_gpu.backend import cpu_kernels, emulated_cuda, get_backend
 from minitorch_gpu.backend.emulated_cuda import (emulated, kernels_for_host_arrays, launched,
                                                  schedules)
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(
+    emulated_cuda.unavailable_reason() is not None,
+    reason=f"no emulated GPU here: {emulated_cuda.unavailable_reason()}")]
 
 CPU = get_backend("cpu")
 SEEDS = (0, 1)

@@ -93,3 +93,23 @@ scaled(const float* x, float* y, long long n, float scale)
     const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] * scale;
 }
+
+// A warp shuffle in a 2-D block: lanes are numbered by the linear thread index
+// (x + y * blockDim.x), not by threadIdx.x; out[t] = the value of lane (lane + 1) % 32.
+extern "C" __global__ void __launch_bounds__(1024)
+rotate_2d(const float* x, float* out)
+{
+    const int t = threadIdx.x + threadIdx.y * blockDim.x;
+    out[t] = __shfl_sync(FULL_MASK, x[t], (t % 32 + 1) % 32);
+}
+
+// Sums of 16-lane segments in a block of 48: the partial second warp names only its 16
+// lanes in its mask.
+extern "C" __global__ void __launch_bounds__(1024)
+partial_warp_sums(const float* x, float* out)
+{
+    const unsigned mask = threadIdx.x >= 32 ? 0x0000ffffu : FULL_MASK;
+    float v = x[threadIdx.x];
+    for (int offset = 8; offset > 0; offset /= 2) v += __shfl_xor_sync(mask, v, offset, 16);
+    out[threadIdx.x] = v;
+}

@@ -3,8 +3,8 @@
 A device that only tests use. It imitates what the kernels' launchers
 (``backend/kernels``) need from CuPy, and nothing is ever switched to it by the engine:
 ``emulated()`` (or ``activate()``) puts it behind the loader's three seams
-(``loader.require_cupy``, ``loader.load_kernel``, ``loader.contiguous``), and
-``requested()`` says whether the user asked for it with ``MINITORCH_EMULATE_CUDA=1``.
+(``loader.require_cupy``, ``loader.load_kernel``, ``loader.contiguous``). (The whole
+``cuda`` device on it, behind ``MINITORCH_EMULATE_CUDA=1``, is a later step.)
 
 * ``cuda_emulation.h``: CUDA's built-ins for g++: every CUDA thread a fiber, real barriers,
   warp shuffles by CUDA's rules, static shared memory per block, seeded shuffled schedules,
@@ -24,26 +24,32 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
+import platform
+import sys
 from types import SimpleNamespace
-from typing import Any, Iterator, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import numpy as np
 
-from . import memory
+from . import build, memory
 from .host_kernels import kernels_for_host_arrays
 from .launch import EmulatedKernel, EmulatedKernelError, EmulatedModule, launched, schedules
 
 __all__ = ["EmulatedKernel", "EmulatedKernelError", "EmulatedModule", "activate",
            "deactivate", "emulated", "kernels_for_host_arrays", "launched", "memory",
-           "requested", "schedules", "stand_in"]
-
-SWITCH = "MINITORCH_EMULATE_CUDA"
+           "schedules", "stand_in", "unavailable_reason"]
 
 
-def requested() -> bool:
-    """Whether ``MINITORCH_EMULATE_CUDA=1`` asks for the emulated GPU."""
-    return os.environ.get(SWITCH, "") == "1"
+def unavailable_reason() -> Optional[str]:
+    """Why the emulated GPU cannot run here (it needs Linux on x86-64 and a C++ compiler),
+    or None."""
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"it runs on Linux x86-64, this is {sys.platform} {platform.machine()}"
+    try:
+        build.compiler()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
 
 
 class _Device:

@@ -73,25 +73,27 @@ def _cache_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiler() -> Tuple[str, str]:
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not compiler:
+def compiler() -> Tuple[str, str]:
+    """The C++ compiler ($CXX, else g++ or c++ on PATH) and its --version text."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
         raise RuntimeError("emulated CUDA: no C++ compiler (g++) on PATH; install one "
                            "(Debian: apt install g++)")
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                              check=False).stdout
-    return compiler, version
+    return cxx, version
 
 
 def compile_source(path: Path, defines: Tuple[Tuple[str, int], ...]) -> Tuple[ctypes.CDLL,
                                                                               List[Kernel]]:
     """The shared library of the .cu file at ``path`` with ``-DNAME=value`` for each of
     ``defines``, compiled (or found in the cache) and loaded, and its kernels."""
+    path = Path(path).resolve()  # the wrapper #includes it from another folder
     source = path.read_text(encoding="utf-8")
     kernels = kernels_of(source)
     if not kernels:
         raise ValueError(f"emulated CUDA: no extern \"C\" __global__ kernel in {path.name}")
-    compiler, version = _compiler()
+    cxx, version = compiler()
     wrapper = "".join([f'#include "{HEADER}"\n', f'#include "{path}"\n'] + [
         f"EMU_KERNEL({k.name}, {k.bounds if k.bounds else NO_BOUNDS})\n" for k in kernels])
     options = [f"-D{name}={value}" for name, value in defines]
@@ -105,7 +107,7 @@ def compile_source(path: Path, defines: Tuple[Tuple[str, int], ...]) -> Tuple[ct
             cpp = Path(work) / f"{path.stem}.cpp"
             cpp.write_text(wrapper, encoding="utf-8")
             built = Path(work) / library.name
-            done = subprocess.run([compiler, *FLAGS, *options, "-o", str(built), str(cpp)],
+            done = subprocess.run([cxx, *FLAGS, *options, "-o", str(built), str(cpp)],
                                   capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise RuntimeError(f"emulated CUDA: g++ could not compile {path.name} with "

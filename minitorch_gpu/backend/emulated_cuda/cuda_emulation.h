@@ -20,6 +20,10 @@
 // buffer. One launch at a time per process (the Python side holds a lock).
 #pragma once
 
+#if !defined(__linux__) || !defined(__x86_64__)
+#error "cuda_emulation.h: the emulated GPU runs on Linux x86-64 (ucontext, SSE's FTZ/DAZ)"
+#endif
+
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -110,9 +114,14 @@ inline void report(const char* format, ...) {
     va_end(args);
 }
 
+// A switch to the scheduler: every thread's writes to shared and global memory are made
+// before it and read again after it (the compiler barriers say so, whatever it could
+// prove about swapcontext).
 inline void yield_to_scheduler() {
     Fiber* self = current;
+    asm volatile("" ::: "memory");
     swapcontext(&self->context, &scheduler);
+    asm volatile("" ::: "memory");
 }
 
 // An error inside a kernel: recorded, and this thread never runs again.
@@ -189,15 +198,15 @@ inline const char* state_name(State s) {
 
 // The lane a shuffle of `f` (lane `lane` of its warp) reads, by CUDA's rules: within its
 // segment of `width` lanes; up/down past the segment's edge, or xor into a later segment,
-// read the lane's own value.
+// read the lane's own value. The operand's low 5 bits count, as PTX's shfl takes them.
 inline int source_lane(const Fiber& f, int lane) {
-    const int base = lane & ~(f.width - 1);
+    const int base = lane & ~(f.width - 1), operand = f.operand & 31;
     switch (f.kind) {
-        case SHFL_IDX: return base + (f.operand & (f.width - 1));
-        case SHFL_UP: return lane - base >= f.operand ? lane - f.operand : lane;
-        case SHFL_DOWN: return lane - base + f.operand < f.width ? lane + f.operand : lane;
+        case SHFL_IDX: return base + (operand & (f.width - 1));
+        case SHFL_UP: return lane - base >= operand ? lane - operand : lane;
+        case SHFL_DOWN: return lane - base + operand < f.width ? lane + operand : lane;
         default: {
-            const int other = lane ^ f.operand;
+            const int other = lane ^ operand;
             return other >= base + f.width ? lane : other;
         }
     }
@@ -513,7 +522,7 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
 // One exported trio per kernel (build.py writes an EMU_KERNEL line for each): its launch,
 // its signature as "pcf4,pf4,i8,i4" (pointer, const, kind, bytes), and __launch_bounds__.
-#define EMU_KERNEL(name, bounds)                                                            \
+#define EMU_KERNEL(name, ...)                                                               \
     extern "C" __attribute__((visibility("default"))) void emu_launch_##name(              \
         ::emu::Launch* l, void** args) {                                                    \
         ::emu::launch(l, [](void** a) {                                                     \
@@ -524,5 +533,5 @@ inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
         return ::emu::signature(name);                                                      \
     }                                                                                       \
     extern "C" __attribute__((visibility("default"))) long emu_bounds_##name() {           \
-        return ::emu::first_of(bounds);                                                     \
+        return ::emu::first_of(__VA_ARGS__);                                                \
     }

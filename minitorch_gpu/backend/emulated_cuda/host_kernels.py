@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from types import SimpleNamespace
-from typing import Any, Callable, Container, Dict
+from typing import Any, Callable, Container, Dict, List
 
 import numpy as np
 
@@ -33,14 +33,17 @@ class _Transfer:
     """One launch's host arrays on the device, and back."""
 
     def __init__(self) -> None:
-        self.copies: Dict[int, tuple] = {}  # id(owner) -> (owner, device bytes)
+        self.copies: Dict[int, tuple] = {}  # id(owner) -> (owner, its device copy)
+        self.dense: List[tuple] = []  # (view, its dense device copy) where not mirrored
 
     def to_device(self, value: Any) -> Any:
         if not isinstance(value, np.ndarray) or memory.is_device_array(value):
             return value
         owner = _owner(value)
         if not owner.flags.c_contiguous or any(s < 0 for s in value.strides):
-            return memory.to_device(value)  # a layout this can't mirror: a dense copy
+            copy = memory.to_device(value)  # a layout this can't mirror: a dense copy
+            self.dense.append((value, copy))
+            return copy
         if id(owner) not in self.copies:
             copy = memory.empty(owner.shape, owner.dtype)
             copy[...] = owner
@@ -54,6 +57,9 @@ class _Transfer:
         for owner, copy in self.copies.values():
             if owner.flags.writeable:
                 owner[...] = copy
+        for view, copy in self.dense:
+            if view.flags.writeable:
+                view[...] = copy
 
 
 def _on_device(launcher: Callable) -> Callable:

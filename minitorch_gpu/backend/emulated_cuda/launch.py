@@ -2,13 +2,15 @@
 
 ``kernel(grid, block, args, shared_mem=0, stream=None)`` checks what a GPU would not:
 
-* each argument against the kernel's C signature (as its compiler reports it): a device
-  array (an ``emulated_cuda.memory`` buffer, or a view into one) for a pointer, of the
-  pointee's kind and width; for a scalar, the C type it must arrive as. Scalars are
-  converted as CuPy 14 converts them (``cupy/_core/_scalar.pyx``): a Python bool becomes
-  bool, an int int64, a float float64, a NumPy scalar keeps its dtype. So a launcher that
-  passes ``n`` where the kernel takes ``int`` fails here; on a GPU it reads 4 of 8 bytes
-  and every argument after it is shifted;
+* each argument's type against the kernel's C signature (as its compiler reports it): a
+  device array (an ``emulated_cuda.memory`` buffer, or a view into one) for a pointer, of
+  the pointee's kind and width (a struct pointee, bf16_bits say, by width only); for a
+  scalar, the C type it must arrive as. Scalars are converted as CuPy 14.2 converts them
+  (``cupy/_core/_scalar.pyx``, ``numpy_dtype_from_pyscalar``): a Python bool becomes bool,
+  an int int64 (uint64 from 2**63), a float float64, a complex complex128, a NumPy scalar
+  keeps its dtype. So a launcher that passes ``n`` where the kernel takes ``int`` fails
+  here; on a GPU it reads 4 of 8 bytes and every argument after it is shifted. Two
+  arguments of the same type swapped are not caught: the order is the launcher's;
 * the block against ``__launch_bounds__`` and CUDA's limits, the grid against its limits;
 
 then runs every block (``cuda_emulation.h``), with the fibers' order shuffled by
@@ -81,16 +83,22 @@ def _describe_code(code: str) -> str:
 
 
 def cupy_scalar_dtype(value: Any) -> np.dtype:
-    """The dtype CuPy 14 passes a scalar argument as (``_scalar.pyx``)."""
-    if isinstance(value, (bool, np.bool_)):
-        return np.dtype(np.bool_)
+    """The dtype CuPy 14.2 passes a scalar argument as (``_scalar.pyx``: by exact type, so
+    a subclass of int, an IntEnum say, is refused as CuPy refuses it)."""
     if isinstance(value, np.generic):
         return value.dtype
-    if isinstance(value, int):
-        return np.dtype(np.int64)
-    if isinstance(value, float):
+    kind = type(value)
+    if kind is bool:
+        return np.dtype(np.bool_)
+    if kind is float:
         return np.dtype(np.float64)
-    raise TypeError(f"unsupported type {type(value).__name__}")
+    if kind is complex:
+        return np.dtype(np.complex128)
+    if kind is int:
+        if not -2 ** 63 <= value < 2 ** 64:
+            raise TypeError(f"{value} does not fit 64 bits")
+        return np.dtype(np.uint64 if value >= 2 ** 63 else np.int64)
+    raise TypeError(f"unsupported type {kind.__name__}")
 
 
 def _dtype_code(dtype: np.dtype) -> str:
@@ -142,6 +150,8 @@ class EmulatedKernel:
                 raise self._error(f"{where} expects {_describe_code(pointee)} elements, got "
                                   f"an array of {value.dtype}")
             return ctypes.c_void_p(value.__array_interface__["data"][0])
+        if code not in _CTYPES:  # a struct passed by value: no launcher does that
+            raise self._error(f"{where}: a struct by value is not emulated")
         try:
             dtype = cupy_scalar_dtype(value)
         except TypeError as exc:
@@ -156,7 +166,9 @@ class EmulatedKernel:
         grid3 = self._dims("grid", grid, MAX_GRID)
         block3 = self._dims("block", block, MAX_BLOCK)
         threads = block3[0] * block3[1] * block3[2]
-        if threads > min(MAX_THREADS, self.bounds):
+        if threads > MAX_THREADS:
+            raise self._error(f"a block of {threads} threads, past CUDA's {MAX_THREADS}")
+        if threads > self.bounds:
             raise self._error(f"a block of {threads} threads, past __launch_bounds__ "
                               f"({self.bounds})")
         if shared_mem:
@@ -220,7 +232,10 @@ class EmulatedModule:
                                       f"{sorted(self._declared)}")
         declared = self._declared[name]
         if len(declared.parameters) != len(self._codes[name]):
-            raise EmulatedKernelError(f"{name}: could not read its parameter names")
+            raise EmulatedKernelError(
+                f"{name}: read {len(declared.parameters)} parameter names from the source "
+                f"({', '.join(declared.parameters)}), but the compiler reports "
+                f"{len(self._codes[name])} parameters")
         bounds_of = getattr(self.library, f"emu_bounds_{name}")
         bounds_of.restype = ctypes.c_long
         return EmulatedKernel(self, name, declared.parameters, self._codes[name],

@@ -4,7 +4,8 @@ faults at once (and ``launch.py`` names the buffer) instead of corrupting a neig
 
 ``empty`` fills a new buffer with 0xFF bytes (NaN in every float dtype, -1 in every integer
 one), as CUDA promises nothing about fresh memory: an output element a kernel forgot to
-write shows up in the results.
+write shows up in the results. Only the end is guarded: an index before the start reads
+the poisoned rest of the first page rather than faulting.
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def empty(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     if _libc.mprotect(stop, PAGE, PROT_NONE) != 0:
         raise OSError(ctypes.get_errno(), "emulated device: mprotect of a guard page failed")
     offset = data_pages * PAGE - nbytes
-    np.frombuffer(region, dtype=np.uint8, count=nbytes, offset=offset)[:] = 0xFF
+    # the slack before the data too: a read at index -1 finds NaN, not a plausible 0.0
+    np.frombuffer(region, dtype=np.uint8, count=data_pages * PAGE)[:] = 0xFF
     array = np.frombuffer(region, dtype=dtype, count=count, offset=offset).reshape(shape)
     buffer = Buffer(stop - nbytes, stop, dtype, shape)
     with _lock:

@@ -128,8 +128,13 @@ typedef fp16_bits input_t;
 // 31%). At other sizes the same request gained nothing or spilled (33, 65, 99), so it is
 // asked only at 64 (and a minimum of 1 is not the same as none: it changes the allocation
 // too); whether 31% runs faster than 25% only a GPU can say.
-#if HEAD_DIM == 64
-#define FWD_MIN_BLOCKS , 5
+// -DFWD_MIN_BLOCKS_AT_64=0 builds it without (scripts/bench_attention_occupancy.py times
+// both on a GPU).
+#ifndef FWD_MIN_BLOCKS_AT_64
+#define FWD_MIN_BLOCKS_AT_64 5
+#endif
+#if HEAD_DIM == 64 && FWD_MIN_BLOCKS_AT_64 > 0
+#define FWD_MIN_BLOCKS , FWD_MIN_BLOCKS_AT_64
 #else
 #define FWD_MIN_BLOCKS
 #endif

@@ -43,6 +43,7 @@ _SM = {"80": dict(max_warps=64, max_blocks=32, registers=65536, shared=167936),
        "90": dict(max_warps=64, max_blocks=32, registers=65536, shared=233472)}
 _REGISTER_UNIT = 256  # registers are allocated per warp in units of 256
 _RESERVED_SHARED = 1024  # bytes of shared memory the system keeps per block
+_SHARED_UNIT = 128  # shared memory is allocated per block in units of 128 bytes
 
 
 class NvrtcError(RuntimeError):
@@ -150,12 +151,15 @@ def resources(log: str) -> List[KernelResources]:
     current: Dict[str, object] = {}
     for line in log.splitlines():
         if (m := _FUNCTION.search(line)):
-            current = dict(kernel=m[1], arch=m[2], stack_frame=0, spill_stores=0,
-                           spill_loads=0)
+            current = dict(kernel=m[1], arch=m[2])
         elif (m := _FRAME.search(line)) and current:
             current.update(stack_frame=int(m[1]), spill_stores=int(m[2]),
                            spill_loads=int(m[3]))
         elif (m := _USED.search(line)) and current:
+            if "spill_stores" not in current:  # a report whose wording changed: say so,
+                # rather than read no line as no spill
+                raise ValueError(f"ptxas: no stack frame and spill line for "
+                                 f"{current['kernel']} before its register count")
             out.append(KernelResources(registers=int(m[1]), shared=int(m[2] or 0),
                                        **current))  # type: ignore[arg-type]
             current = {}
@@ -169,6 +173,7 @@ def occupancy(arch: str, threads: int, registers: int, shared: int) -> float:
     warps = -(-threads // 32)
     per_warp = -(-max(registers, 1) * 32 // _REGISTER_UNIT) * _REGISTER_UNIT
     by_registers = sm["registers"] // (per_warp * warps)
-    by_shared = sm["shared"] // (shared + _RESERVED_SHARED) if shared else sm["max_blocks"]
+    allocated = -(-shared // _SHARED_UNIT) * _SHARED_UNIT + _RESERVED_SHARED
+    by_shared = sm["shared"] // allocated if shared else sm["max_blocks"]
     blocks = min(sm["max_blocks"], sm["max_warps"] // warps, by_registers, by_shared)
     return blocks * warps / sm["max_warps"]
