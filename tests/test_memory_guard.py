@@ -400,6 +400,15 @@ def test_absurd_sizes_are_refused_before_building_under_a_small_memory_ceiling(w
     assert not (workdir / "cache").exists()  # refused before the data was read
 
 
+def test_the_counting_child_counts_the_modules_a_command_builds(workdir):
+    """The control for the refusals' zero: the same child, not refused, counts the model's
+    Modules (a GPT of one layer is more than a dozen)."""
+    done = run_cli("profile", "tiny.yaml", "--iters", "1", "--warmup", "0", cwd=workdir,
+                   counted=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip().splitlines()[-1]) > 10
+
+
 def test_profile_refuses_an_absurd_size_before_building(workdir):
     done = run_cli("profile", "tiny.yaml", "--set", f"model.n_layer={HUGE}", cwd=workdir,
                    limited=True, counted=True, env=_env(**{LIMIT_VARIABLE: "8"}))

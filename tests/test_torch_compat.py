@@ -188,8 +188,10 @@ case("rms_norm", lambda m, F, x, w: F.rms_norm(x, (4,), w), normal(3, 4), normal
 case("normalize", lambda m, F, x: (F.normalize(x), F.normalize(x, p=1, dim=0)), normal(3, 4))
 case("normalize-every-p", lambda m, F, x: tuple(
     F.normalize(x, p=p, dim=1) for p in (0, 3, -1, math.inf, -math.inf)), distinct(3, 4))
-case("normalize-zero-rows", lambda m, F, x: tuple(  # the norm clamped at eps, no inf or nan
-    F.normalize(x * (x > 0), p=p, dim=1) for p in (0, 1, 2, math.inf)), distinct(3, 4))
+# zero entries and a row of zeros: the norm clamped at eps, finite gradients (no 0 * inf)
+case("normalize-zero-rows", lambda m, F, x: tuple(
+    F.normalize(x, p=p, dim=1) for p in (0, 0.5, 1, 2, 3, -1, math.inf, -math.inf)),
+    np.array([[0.0, 0.0, 0.0, 0.0], [0.0, -0.55, 0.0, 2.05], [0.35, -1.25, 0.75, 0.15]]))
 case("embedding", lambda m, F, i, w: F.embedding(i, w), Const(np.array([[0, 2], [1, 1]])),
      normal(3, 4))
 _T = Const(np.array([0, 3, 1, -100, 2]))

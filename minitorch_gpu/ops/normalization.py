@@ -13,6 +13,7 @@ import numbers
 from typing import Any, Optional, Sequence, Union
 
 import ml_dtypes
+import numpy as np
 
 from ..autograd import Function
 from ..backend.threads import row_pieces, run_split
@@ -215,20 +216,56 @@ def rms_norm(x: Tensor, normalized_shape: Union[int, Sequence[int]],
     return RMSNorm.apply(x, weight, math.prod(shape), float(eps))
 
 
+class PNorm(Function):
+    """``sum(|x|^p)^(1/p)`` along one axis (kept), for a finite p other than 0: a zero
+    entry adds 0 for p > 0 and makes the norm 0 for p < 0 (its |x|^p is inf), with no
+    division by zero on the way. The gradient is ``sign(x) (|x| / norm)^(p - 1)``, and 0
+    at a zero entry or a zero norm (PyTorch's choice for its norm: so a row of zeros, or
+    p < 1 at a zero, gives finite gradients where the chain rule through pow would give
+    0 * inf)."""
+
+    @staticmethod
+    def forward(ctx, x, axis, p):
+        xp = ctx.xp
+        a = xp.abs(x)
+        nonzero = a > 0
+        powered = xp.where(nonzero, xp.where(nonzero, a, 1) ** p, 0 if p > 0 else xp.inf)
+        norm = powered.sum(axis=axis, keepdims=True) ** (1.0 / p)
+        ctx.save_for_backward(x, norm)
+        ctx.p = p
+        return norm.astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        x, norm = ctx.saved_tensors
+        a = xp.abs(x)
+        live = (a > 0) & (norm > 0)
+        ratio = xp.where(live, a / xp.where(norm > 0, norm, 1), 1)
+        slope = xp.where(live, xp.sign(x) * ratio ** (ctx.p - 1), 0)
+        return (grad * slope).astype(x.dtype, copy=False), None, None
+
+
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1,  # noqa: A002
               eps: float = 1e-12) -> Tensor:
     """``input`` divided by its p-norm along ``dim``, the norm clamped below at ``eps``, as
-    torch.nn.functional.normalize. Every p torch.linalg.vector_norm takes: 0 counts the
-    nonzero entries (a constant, so no gradient flows through the norm), inf and -inf are
-    the largest and smallest absolute value, any other p is ``sum(|x|^p)^(1/p)`` (a
-    negative p with a zero entry gives norm 0, so the clamp's 1/eps, as PyTorch)."""
+    torch.nn.functional.normalize. Every p torch.linalg.vector_norm takes ("fro" is 2):
+    0 counts the nonzero entries (a constant, so no gradient flows through the norm), inf
+    and -inf are the largest and smallest absolute value, any other p is
+    ``sum(|x|^p)^(1/p)`` (``PNorm``: a negative p with a zero entry gives norm 0, so the
+    clamp's 1/eps, as PyTorch; a zero row's gradient is finite, as PyTorch's)."""
     require_tensor(input, "normalize")
     require_float(input, "normalize")
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"normalize: p must be a number, got {type(p).__name__}")
-    if p == 2:
-        norm = (input * input).sum(dim, keepdim=True).sqrt()
-    elif p == 1:
+    if p == "fro":
+        p = 2
+    if not isinstance(p, numbers.Real):
+        raise TypeError(f"normalize: p must be a number or 'fro', got {p!r}")
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or \
+            not -input.ndim <= dim < max(input.ndim, 1):
+        raise IndexError(f"normalize: dim {dim!r} is out of range for a {input.ndim}-d "
+                         f"input (expected an int in [{-input.ndim}, {input.ndim - 1}])")
+    p = float(p)
+    if p == 1:
         norm = input.abs().sum(dim, keepdim=True)
     elif p == 0:
         norm = (input != 0).sum(dim, keepdim=True).to(input.dtype)
@@ -237,5 +274,5 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1,  # noqa: A002
     elif p == -math.inf:
         norm = input.abs().amin(dim, keepdim=True)
     else:
-        norm = (input.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)
+        norm = PNorm.apply(input, dim % max(input.ndim, 1), p)
     return input / norm.clamp(min=eps)
