@@ -271,6 +271,15 @@ def test_a_row_loop_made_to_run_one_past_its_end_fails(tmp_path):
         kernel((1,), (256,), (x, y, np.int64(256), np.int32(1)))
 
 
+def test_an_integer_division_by_zero_is_reported_not_fatal():
+    d, out = device([5, 4, 0, 1], np.int32), memory.empty(4, np.int32)
+    with pytest.raises(EmulatedKernelError, match=r"divide .* thread \(2, 0, 0\) divided an "
+                                                  r"integer by zero"):
+        probe("divide")((1,), (4,), (d, out))
+    probe("divide")((1,), (4,), (device([5, 4, 3, 1], np.int32), out))  # the next launch runs
+    np.testing.assert_array_equal(out, [20, 25, 33, 100])
+
+
 def test_a_module_given_a_relative_path_compiles(monkeypatch):
     monkeypatch.chdir(PROBES.parent)
     assert EmulatedModule(Path(PROBES.name)).get_function("fill_ones").parameters == ("y", "n")

@@ -113,3 +113,10 @@ partial_warp_sums(const float* x, float* out)
     for (int offset = 8; offset > 0; offset /= 2) v += __shfl_xor_sync(mask, v, offset, 16);
     out[threadIdx.x] = v;
 }
+
+// out[t] = 100 / d[t] in integers: a zero divisor traps on the CPU (garbage on a GPU).
+extern "C" __global__ void __launch_bounds__(256)
+divide(const int* d, int* out)
+{
+    out[threadIdx.x] = 100 / d[threadIdx.x];
+}

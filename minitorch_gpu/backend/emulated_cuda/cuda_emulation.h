@@ -73,8 +73,9 @@ struct Fiber {
 struct Launch {
     unsigned int grid[3], block[3];
     unsigned long long seed;
-    // out: 0 ok, 1 an error (message), 2 a fault (fault_address, fault_write)
+    // out: 0 ok, 1 an error (message), 2 a fault (fault_signal, fault_address, fault_write)
     int status;
+    int fault_signal;
     int fault_write;
     unsigned long long fault_address;
     unsigned int fault_block[3], fault_thread[3];
@@ -139,9 +140,10 @@ inline void fiber_main() {
     swapcontext(&current->context, &scheduler);
 }
 
-inline void fault_handler(int, siginfo_t* info, void* raw) {
+inline void fault_handler(int signal, siginfo_t* info, void* raw) {
     Launch* l = launch_state;
     l->status = 2;
+    l->fault_signal = signal;
     l->fault_address = (unsigned long long)(uintptr_t)info->si_addr;
 #if defined(__x86_64__)
     l->fault_write = (int)((((ucontext_t*)raw)->uc_mcontext.gregs[REG_ERR] & 2) != 0);
@@ -360,12 +362,13 @@ inline void launch(Launch* l, void (*run)(void**), void** args) {
     alt.ss_sp = alternate;
     alt.ss_size = sizeof alternate;
     sigaltstack(&alt, &old_alt);
-    struct sigaction action = {}, old_segv = {}, old_bus = {};
+    struct sigaction action = {}, old_segv = {}, old_bus = {}, old_fpe = {};
     action.sa_sigaction = fault_handler;
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     sigaction(SIGSEGV, &action, &old_segv);
     sigaction(SIGBUS, &action, &old_bus);
+    sigaction(SIGFPE, &action, &old_fpe);  // an integer division by zero
     const unsigned int csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);  // FTZ | DAZ: -ftz=true
     if (sigsetjmp(fault_return, 1) == 0) {
@@ -385,6 +388,7 @@ inline void launch(Launch* l, void (*run)(void**), void** args) {
     _mm_setcsr(csr);
     sigaction(SIGSEGV, &old_segv, nullptr);
     sigaction(SIGBUS, &old_bus, nullptr);
+    sigaction(SIGFPE, &old_fpe, nullptr);
     sigaltstack(&old_alt, nullptr);
 }
 

@@ -20,12 +20,14 @@ buffer it was) raises ``EmulatedKernelError`` naming the kernel.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import functools
+import signal
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterator, Sequence, Tuple
 
 import numpy as np
 
@@ -47,7 +49,8 @@ _C_NAMES = {"f4": "float", "f8": "double", "i1": "signed char", "i2": "short", "
 
 _launch_lock = threading.Lock()  # one launch at a time: the runtime's state is global
 _seed = [0]
-launched: List[str] = []  # every kernel launched, by name, in order (a test may clear it)
+# the kernels launched, by name, in order: the last 4096 (a test may clear it)
+launched: Deque[str] = collections.deque(maxlen=4096)
 
 
 class EmulatedKernelError(RuntimeError):
@@ -58,7 +61,7 @@ class EmulatedKernelError(RuntimeError):
 class _Launch(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
                 ("seed", ctypes.c_ulonglong), ("status", ctypes.c_int),
-                ("fault_write", ctypes.c_int), ("fault_address", ctypes.c_ulonglong),
+                ("fault_signal", ctypes.c_int), ("fault_write", ctypes.c_int), ("fault_address", ctypes.c_ulonglong),
                 ("fault_block", ctypes.c_uint * 3), ("fault_thread", ctypes.c_uint * 3),
                 ("message", ctypes.c_char * 2048)]
 
@@ -197,6 +200,8 @@ class EmulatedKernel:
     def _fault(self, state: _Launch, args: Sequence[Any]) -> str:
         address = int(state.fault_address)
         where = (f"block {tuple(state.fault_block)}, thread {tuple(state.fault_thread)}")
+        if state.fault_signal == signal.SIGFPE:  # a GPU gives garbage here, not a trap
+            return f"{where} divided an integer by zero"
         access = {1: "wrote", 0: "read"}.get(state.fault_write, "touched")
         for index, (name, code) in enumerate(zip(self.parameters, self.codes)):
             if not code.startswith("p"):
