@@ -280,6 +280,29 @@ def test_an_integer_division_by_zero_is_reported_not_fatal():
     np.testing.assert_array_equal(out, [20, 25, 33, 100])
 
 
+def test_an_index_past_a_local_array_is_reported():
+    x, out = device(np.arange(64)), memory.empty(16)
+    probe("local_sum")((1,), (16,), (x, out, np.int32(4)))
+    np.testing.assert_array_equal(out, np.arange(64).reshape(16, 4).sum(1))
+    with pytest.raises(EmulatedKernelError, match=r"local_sum .* indexed a local or "
+                                                  r"__shared__ array past its bounds"):
+        probe("local_sum", OFF_BY_ONE=1)((1,), (16,), (x, out, np.int32(4)))
+
+
+def test_blocks_run_in_a_shuffled_order():
+    """A block that writes its neighbour's output: in order, the neighbour overwrites it
+    afterwards; in a shuffled order some seed runs the neighbour first."""
+    out = memory.empty(16)
+    probe("own_and_neighbour")((16,), (32,), (out,))
+    np.testing.assert_array_equal(out, np.arange(16))
+    wrong = 0
+    for seed in SEEDS:
+        with schedules(seed):
+            probe("own_and_neighbour", SPILL=1)((16,), (32,), (out,))
+        wrong += not np.array_equal(out, np.arange(16))
+    assert wrong >= 1
+
+
 def test_a_module_given_a_relative_path_compiles(monkeypatch):
     monkeypatch.chdir(PROBES.parent)
     assert EmulatedModule(Path(PROBES.name)).get_function("fill_ones").parameters == ("y", "n")

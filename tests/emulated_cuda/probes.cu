@@ -120,3 +120,31 @@ divide(const int* d, int* out)
 {
     out[threadIdx.x] = 100 / d[threadIdx.x];
 }
+
+// A local array read one past its end (OFF_BY_ONE): -fsanitize=bounds traps it.
+extern "C" __global__ void __launch_bounds__(256)
+local_sum(const float* x, float* out, int n)
+{
+    float part[4];
+    for (int i = 0; i < 4; ++i) part[i] = x[threadIdx.x * 4 + i];
+    float total = 0.0f;
+#ifdef OFF_BY_ONE
+    for (int i = 0; i <= n; ++i) total += part[i];
+#else
+    for (int i = 0; i < n; ++i) total += part[i];
+#endif
+    out[threadIdx.x] = total;
+}
+
+// Each block writes its own element and, with SPILL, zeroes its right neighbour's too: an
+// error that a fixed block order hides when the neighbour runs later.
+extern "C" __global__ void __launch_bounds__(32)
+own_and_neighbour(float* out)
+{
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = (float)blockIdx.x;
+#ifdef SPILL
+        if (blockIdx.x + 1 < gridDim.x) out[blockIdx.x + 1] = 0.0f;
+#endif
+    }
+}

@@ -26,8 +26,11 @@ __all__ = ["Kernel", "compile_source", "kernels_of", "parameter_names"]
 HEADER = Path(__file__).resolve().parent / "cuda_emulation.h"
 # -O1: seconds per build, and fast enough to run; no _FORTIFY_SOURCE, whose longjmp check
 # refuses the jump from a faulting fiber's stack back to the launch
+# -fsanitize=bounds with its trap: an index past a local or __shared__ array of known size
+# traps (SIGILL), which the launch reports; no sanitizer runtime is needed
 FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fvisibility=hidden", "-U_FORTIFY_SOURCE",
-         "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing", "-Werror=return-type")
+         "-D_FORTIFY_SOURCE=0", "-fno-strict-aliasing", "-Werror=return-type",
+         "-fsanitize=bounds", "-fsanitize-undefined-trap-on-error")
 NO_BOUNDS = 1024  # a kernel without __launch_bounds__ takes CUDA's largest block
 
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+'

@@ -11,7 +11,10 @@
 //     exited, does not exist, or waits at a barrier instead (a deadlock on a GPU);
 //   - a missing barrier lets a thread read shared memory another has not written yet, which
 //     is poisoned (NaN bytes) before every block, so the results change;
-//   - blocks run one after another, each in its own shuffled order.
+//   - blocks run one after another, in a seeded shuffled order, each block's threads in
+//     their own shuffled order;
+//   - an index past a local or __shared__ array traps (g++'s -fsanitize=bounds) and is
+//     reported, as is an integer division by zero.
 // Static __shared__ variables live in one linker section, poisoned before each block. The
 // launch runs with the SSE unit flushing denormals to zero (FTZ and DAZ), as CuPy compiles
 // every kernel with -ftz=true. A fault (an access past a device buffer, whose end the
@@ -369,26 +372,43 @@ inline void launch(Launch* l, void (*run)(void**), void** args) {
     sigaction(SIGSEGV, &action, &old_segv);
     sigaction(SIGBUS, &action, &old_bus);
     sigaction(SIGFPE, &action, &old_fpe);  // an integer division by zero
+    struct sigaction old_ill = {};
+    sigaction(SIGILL, &action, &old_ill);  // -fsanitize=bounds's trap: an index past an array
     const unsigned int csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040);  // FTZ | DAZ: -ftz=true
-    if (sigsetjmp(fault_return, 1) == 0) {
-        for (unsigned z = 0; z < grid_dim.z && !failed; ++z)
-            for (unsigned y = 0; y < grid_dim.y && !failed; ++y)
-                for (unsigned x = 0; x < grid_dim.x && !failed; ++x) {
-                    block_idx = dim3{x, y, z};
-                    rng_state = (l->seed + 1) * 0x9E3779B97F4A7C15ull ^
-                                ((unsigned long long)x << 32 | (y << 16) | z);
-                    if (!rng_state) rng_state = 1;
-                    memset(__start_emu_shared, 0xff, (size_t)(__stop_emu_shared -
-                                                              __start_emu_shared));
-                    run_block(threads);
-                }
+    // the blocks in a seeded shuffled order (up to 2^22 of them; past that, in order), so
+    // a block that writes into a neighbour's output is caught whichever runs last
+    const unsigned long long blocks =
+        (unsigned long long)grid_dim.x * grid_dim.y * grid_dim.z;
+    unsigned long long* order = nullptr;
+    if (blocks <= (1ull << 22)) {
+        order = new unsigned long long[blocks];
+        for (unsigned long long b = 0; b < blocks; ++b) order[b] = b;
+        rng_state = (l->seed + 1) * 0xD1B54A32D192ED03ull;
+        for (unsigned long long b = blocks - 1; b > 0; --b)
+            std::swap(order[b], order[next_random() % (b + 1)]);
     }
+    if (sigsetjmp(fault_return, 1) == 0) {
+        for (unsigned long long b = 0; b < blocks && !failed; ++b) {
+            const unsigned long long linear = order ? order[b] : b;
+            const unsigned x = (unsigned)(linear % grid_dim.x);
+            const unsigned y = (unsigned)(linear / grid_dim.x % grid_dim.y);
+            const unsigned z = (unsigned)(linear / ((unsigned long long)grid_dim.x * grid_dim.y));
+            block_idx = dim3{x, y, z};
+            rng_state = (l->seed + 1) * 0x9E3779B97F4A7C15ull ^
+                        ((unsigned long long)x << 32 | (y << 16) | z);
+            if (!rng_state) rng_state = 1;
+            memset(__start_emu_shared, 0xff, (size_t)(__stop_emu_shared - __start_emu_shared));
+            run_block(threads);
+        }
+    }
+    delete[] order;
     current = nullptr;
     _mm_setcsr(csr);
     sigaction(SIGSEGV, &old_segv, nullptr);
     sigaction(SIGBUS, &old_bus, nullptr);
     sigaction(SIGFPE, &old_fpe, nullptr);
+    sigaction(SIGILL, &old_ill, nullptr);
     sigaltstack(&old_alt, nullptr);
 }
 

@@ -202,6 +202,9 @@ class EmulatedKernel:
         where = (f"block {tuple(state.fault_block)}, thread {tuple(state.fault_thread)}")
         if state.fault_signal == signal.SIGFPE:  # a GPU gives garbage here, not a trap
             return f"{where} divided an integer by zero"
+        if state.fault_signal == signal.SIGILL:
+            return (f"{where} indexed a local or __shared__ array past its bounds "
+                    f"(-fsanitize=bounds)")
         access = {1: "wrote", 0: "read"}.get(state.fault_write, "touched")
         for index, (name, code) in enumerate(zip(self.parameters, self.codes)):
             if not code.startswith("p"):
