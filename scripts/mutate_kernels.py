@@ -32,13 +32,21 @@ FAMILIES = {"gelu.cu": "gelu", "swiglu.cu": "swiglu", "layernorm.cu": "layer_nor
 _LOOP = re.compile(r"for \([^;]*;[^;<]*?(<)(?!=)[^;]*;")
 
 
+def _code_only(text: str) -> str:
+    """``text`` with its comments blanked (newlines kept): positions stay those of text."""
+    def blank(m: "re.Match[str]") -> str:
+        return re.sub(r"[^\n]", " ", m.group(0))
+    return re.sub(r"/\*.*?\*/|//[^\n]*", blank, text, flags=re.S)
+
+
 def mutants(text: str) -> List[Tuple[str, int, str]]:
-    """(what, line, mutated text) for every barrier and every loop condition's '<'."""
-    out = []
-    for m in re.finditer(r"__syncthreads\(\);", text):
+    """(what, line, mutated text) for every barrier and every loop condition's '<' in the
+    code (not in comments)."""
+    code, out = _code_only(text), []
+    for m in re.finditer(r"__syncthreads\(\);", code):
         line = text.count("\n", 0, m.start()) + 1
         out.append(("barrier removed", line, text[:m.start()] + text[m.end():]))
-    for m in _LOOP.finditer(text):
+    for m in _LOOP.finditer(code):
         at = m.start(1)
         line = text.count("\n", 0, at) + 1
         out.append(("loop < made <=", line, text[:at] + "<=" + text[at + 1:]))

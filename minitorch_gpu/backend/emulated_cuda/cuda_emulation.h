@@ -343,7 +343,12 @@ inline void run_block(int threads) {
 // The shared-memory section: every __shared__ variable of the module, poisoned per block.
 extern "C" char __start_emu_shared[] __attribute__((visibility("hidden")));
 extern "C" char __stop_emu_shared[] __attribute__((visibility("hidden")));
-static char shared_anchor __attribute__((section("emu_shared"), used)) = 0;
+// The section's own variable, which also gives it a start and an end in a module without
+// __shared__ arrays. g++ lays a section's variables out in reverse order of definition, so
+// this one, defined before the kernels, lands after their arrays: 4 KiB poisoned with
+// them before every block, so a read one row past the last array (an address g++'s bounds
+// check allows) finds NaN rather than whatever follows the section.
+static char shared_guard[4096] __attribute__((section("emu_shared"), used, aligned(16))) = {1};
 
 inline void launch(Launch* l, void (*run)(void**), void** args) {
     launch_state = l;
