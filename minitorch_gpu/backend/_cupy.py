@@ -1,28 +1,50 @@
 """The one place CuPy is imported: ``cupy`` (None where it can't be), the install hint,
 and why CUDA can't be used on this machine (no CuPy, or no GPU), so the error a user sees
 names the fix. The CUDA backend, the kernels, NCCL and ``minitorch_gpu.cuda`` take CuPy
-from here.
+from here, and cuBLAS and NCCL through ``cublas()`` and ``nccl()``.
+
+``MINITORCH_EMULATE_CUDA=1`` puts the CuPy stand-in (``emulated_cuda/stand_in``) here
+instead: the ``cuda`` device on a machine without a GPU, for tests. Nothing else selects
+it, and ``EMULATED`` says it was.
 """
 from __future__ import annotations
 
-from typing import Optional
+import os
+from typing import Any, Optional
 
 INSTALL_HINT = ("install CuPy for your CUDA version: pip install -e '.[cuda12]' or "
                 "pip install -e '.[cuda13]'")
+EMULATE_ENV = "MINITORCH_EMULATE_CUDA"
+EMULATED = os.environ.get(EMULATE_ENV, "").strip() not in ("", "0")
+EMULATED_NOTE = (f"the GPU is emulated on the CPU ({EMULATE_ENV}=1): kernels and results "
+                 f"are checked, speeds mean nothing")
 
-try:
-    import cupy
-    import cupyx
-    import cupyx.scipy.special as cupy_special
-    _IMPORT_ERROR: Optional[str] = None
-except Exception as exc:  # ImportError, or a CuPy that fails to load its CUDA libraries
-    cupy = cupyx = cupy_special = None
-    _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+cupy = cupyx = cupy_special = None
+_IMPORT_ERROR: Optional[str] = None
+if EMULATED:
+    from .emulated_cuda import unavailable_reason as _emulator_unavailable
+    _IMPORT_ERROR = _emulator_unavailable()
+    if _IMPORT_ERROR is None:
+        from .emulated_cuda.stand_in import cupy, cupyx  # noqa: F811
+        from .emulated_cuda.stand_in import cupyx_special as cupy_special
+    else:
+        _IMPORT_ERROR = f"{EMULATE_ENV}=1 is set but the emulated GPU can't run: " \
+                        f"{_IMPORT_ERROR}"
+else:
+    try:
+        import cupy
+        import cupyx
+        import cupyx.scipy.special as cupy_special
+    except Exception as exc:  # ImportError, or a CuPy that fails to load its CUDA libraries
+        cupy = cupyx = cupy_special = None
+        _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
 
 
 def unavailable_reason() -> Optional[str]:
     """None when CUDA can be used, else a sentence saying why not."""
     if cupy is None:
+        if EMULATED:
+            return _IMPORT_ERROR
         return f"CuPy is not importable ({_IMPORT_ERROR}); {INSTALL_HINT}"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
@@ -38,3 +60,20 @@ def device_count() -> int:
     if unavailable_reason() is not None:
         return 0
     return cupy.cuda.runtime.getDeviceCount()
+
+
+def cublas() -> Any:
+    """CuPy's cuBLAS bindings (``cupy_backends.cuda.libs.cublas``), or the stand-in's."""
+    if EMULATED:
+        from .emulated_cuda.stand_in import cublas as stand_in_cublas
+        return stand_in_cublas
+    from cupy_backends.cuda.libs import cublas as cupy_cublas
+    return cupy_cublas
+
+
+def nccl() -> Any:
+    """``cupy.cuda.nccl``, or the stand-in's one-rank NCCL."""
+    if EMULATED:
+        return cupy.cuda.nccl
+    from cupy.cuda import nccl as cupy_nccl
+    return cupy_nccl

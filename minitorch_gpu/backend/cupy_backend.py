@@ -12,6 +12,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from . import gemm
+from . import _cupy
 from ._cupy import cupy, cupy_special, cupyx
 from .base import Backend, Device, Timer
 from .transfers import Upload
@@ -22,7 +23,7 @@ from . import kernels as fused_kernel_module
 # cudaDataType_t of the dtypes cuBLAS multiplies here (library_types.h)
 _CUDA_DATA_TYPES = {float32: 0, float16: 2, bfloat16: 14}  # CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
 _ONE, _ZERO = np.ones((), np.float32), np.zeros((), np.float32)  # alpha, beta (host memory)
-_cublas = None  # cupy_backends.cuda.libs.cublas, loaded at the first product
+_cublas = None  # cupy_backends.cuda.libs.cublas (_cupy.cublas()), loaded at the first product
 
 
 def _element_strides(array: Any) -> tuple:
@@ -35,7 +36,7 @@ def _launch_gemm(plan: "gemm.GemmPlan", first: Any, second: Any, c: Any) -> None
     for bf16/fp16), alpha 1, beta 0."""
     global _cublas
     if _cublas is None:
-        from cupy_backends.cuda.libs import cublas as _cublas
+        _cublas = _cupy.cublas()
     handle = cupy.cuda.device.get_cublas_handle()
     kinds = [_CUDA_DATA_TYPES[x.dtype] for x in (first, second, c)]
     if plan.batch == 1:
@@ -300,6 +301,11 @@ class CupyBackend(Backend):
 
     def stable_argsort(self, array: Any, axis: int) -> Any:
         with self._cuda_device:  # CuPy's argsort is always stable and accepts no other kind
+            if array.dtype == bfloat16:
+                # Thrust, which CuPy's argsort runs, has no bf16 type (cupy/cuda/common.pyx
+                # refuses it): sort float32, which holds every bf16 exactly and in the
+                # same order (the conversion moves bits; NaN stays NaN, sorted last)
+                array = array.astype(float32)
             return cupy.argsort(array, axis=axis)
 
     def fused_kernels(self) -> Any:

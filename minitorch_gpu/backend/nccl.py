@@ -25,7 +25,8 @@ class NcclTransport:
     has a deadline."""
 
     def __init__(self, group: Any, backend: Any) -> None:
-        from cupy.cuda import nccl
+        from ._cupy import nccl as cupy_nccl
+        nccl = cupy_nccl()
         if not getattr(nccl, "available", True):  # CuPy without the NCCL library
             raise RuntimeError("data-parallel training on GPUs needs NCCL, which CuPy can't "
                                "load here; install it (pip install nvidia-nccl-cu12, or "

@@ -9,6 +9,7 @@ the poisoned rest of the first page rather than faulting.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import mmap
 import threading
@@ -17,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["Buffer", "empty", "find_buffer", "is_device_array", "to_device"]
+__all__ = ["Buffer", "bytes_in_use", "empty", "find_buffer", "is_device_array", "to_device"]
 
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -25,6 +26,7 @@ _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 PROT_NONE = 0
 
 _buffers: Dict[int, "Buffer"] = {}  # by first data address
+_starts: list = []  # the keys of _buffers, sorted: find_buffer bisects them
 _lock = threading.Lock()
 
 
@@ -63,22 +65,25 @@ def empty(shape: Any, dtype: Any = np.float32) -> np.ndarray:
     buffer = Buffer(stop - nbytes, stop, dtype, shape)
     with _lock:
         _buffers[buffer.start] = buffer
+        bisect.insort(_starts, buffer.start)
     weakref.finalize(region, _forget, buffer.start)
     return array
 
 
 def _forget(start: int) -> None:
     with _lock:
-        _buffers.pop(start, None)
+        if _buffers.pop(start, None) is not None:
+            del _starts[bisect.bisect_left(_starts, start)]
 
 
 def find_buffer(address: int) -> Optional[Buffer]:
     """The live buffer whose data or guard page holds ``address``, or None."""
     with _lock:
-        for buffer in _buffers.values():
-            if buffer.start <= address < buffer.guard_stop:
-                return buffer
-    return None
+        at = bisect.bisect_right(_starts, address) - 1
+        if at < 0:
+            return None
+        buffer = _buffers[_starts[at]]
+    return buffer if address < buffer.guard_stop else None
 
 
 def is_device_array(array: Any) -> bool:
@@ -99,6 +104,22 @@ def _byte_bounds(array: np.ndarray) -> Tuple[int, int]:
     except ImportError:  # NumPy 1.26
         byte_bounds = np.byte_bounds
     return byte_bounds(array)
+
+
+def bytes_in_use() -> int:
+    """The data bytes of every live buffer (the emulated memory pool's ``used_bytes``)."""
+    with _lock:
+        return sum(b.stop - b.start for b in _buffers.values())
+
+
+def copy_bytes(destination: int, source: int, nbytes: int) -> None:
+    """``nbytes`` from address ``source`` to ``destination``, both inside live buffers."""
+    for address in (source, destination):
+        buffer = find_buffer(address)
+        if buffer is None or address + nbytes > buffer.stop:
+            raise ValueError(f"emulated device: a copy of {nbytes} bytes at 0x{address:x} "
+                             f"runs outside every device buffer")
+    ctypes.memmove(destination, source, nbytes)
 
 
 def to_device(array: Any, dtype: Any = None) -> np.ndarray:

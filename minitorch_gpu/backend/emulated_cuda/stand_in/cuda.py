@@ -1,0 +1,374 @@
+"""``cupy.cuda`` of the stand-in: devices, the current device, streams, events, the memory
+pool, page-locked memory, the runtime calls the backend makes, and NCCL for one rank.
+
+Everything runs at once on the host, so streams never overlap; what they model is the
+*ordering* a program must state. Each stream counts the operations queued on it; an
+event is (stream, count); ``wait_event`` records that a stream has waited for another up
+to that count. An array written by a copy on a side stream remembers (stream, count), and
+an operation on another stream that reads it before waiting for that count raises
+``StreamOrderError``: the race a GPU would run silently (the copy not yet landed).
+
+The emulated machine has ``DEVICE_COUNT`` GPUs and no peer access between them, so work
+that mixes arrays of two devices, or runs on the wrong current device, is refused as CuPy
+refuses it there (``_check_peer_access``).
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from .. import memory
+
+DEVICE_COUNT = 2  # two, so that work on the wrong device shows (CuPy allocates on the
+# current device and refuses another device's arrays without peer access)
+TOTAL_MEMORY = 80 * 2 ** 30  # what memGetInfo reports as the device's size (an H100's)
+MULTIPROCESSORS = 4  # cudaDevAttrMultiProcessorCount: sizes cupy.random's state (small)
+
+
+class CUDARuntimeError(RuntimeError):
+    """``cupy_backends.cuda.api.runtime.CUDARuntimeError``."""
+
+
+class StreamOrderError(RuntimeError):
+    """An array read on one stream while a copy into it, queued on another stream, was not
+    waited for (``Stream.wait_event``)."""
+
+
+def _check_device_id(device: Any) -> int:
+    index = int(getattr(device, "id", device))
+    if not 0 <= index < DEVICE_COUNT:
+        raise CUDARuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {index} "
+                               f"(the emulated machine has {DEVICE_COUNT} GPUs)")
+    return index
+
+
+class _State(threading.local):
+    """The current device and each device's current stream, per host thread (as CUDA's)."""
+
+    def __init__(self) -> None:
+        self.device = 0
+        self.streams: Dict[int, "Stream"] = {}
+
+
+_state = _State()
+
+
+def current_device_id() -> int:
+    return _state.device
+
+
+class Device:
+    """``cupy.cuda.Device``: ``with Device(i):`` makes GPU i current inside (and restores
+    the one before), ``use()`` makes it current for good."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.id = _state.device if device is None else _check_device_id(device)
+        self._before: list = []
+
+    def __enter__(self) -> "Device":
+        self._before.append(_state.device)
+        _state.device = self.id
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.device = self._before.pop()
+
+    def use(self) -> None:
+        _state.device = self.id
+
+    def synchronize(self) -> None:
+        return None  # the host ran everything already
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"<CUDA Device {self.id}>"
+
+
+def get_device_id() -> int:
+    return _state.device
+
+
+_stream_numbers = itertools.count(1)
+
+
+class Stream:
+    """``cupy.cuda.Stream``: a queue of one device. ``queued`` counts its operations;
+    ``waited[other]`` is how far it has waited for ``other`` (``wait_event``)."""
+
+    def __init__(self, null: bool = False, non_blocking: bool = False,
+                 ptds: bool = False, priority: Optional[int] = None) -> None:
+        self.device_id = _state.device
+        self.ptr = 0 if null else next(_stream_numbers)
+        self.non_blocking = non_blocking
+        self.queued = 0
+        self.waited: Dict["Stream", int] = {}
+        self._before: list = []
+
+    def __enter__(self) -> "Stream":
+        self._before.append(_state.streams.get(self.device_id))
+        _state.streams[self.device_id] = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        before = self._before.pop()
+        if before is None:
+            _state.streams.pop(self.device_id, None)
+        else:
+            _state.streams[self.device_id] = before
+
+    def use(self) -> "Stream":
+        _state.streams[self.device_id] = self
+        return self
+
+    def record(self, event: Optional["Event"] = None) -> "Event":
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def wait_event(self, event: "Event") -> None:
+        if event.stream is not None and event.stream is not self:
+            self.waited[event.stream] = max(self.waited.get(event.stream, 0), event.count)
+
+    def synchronize(self) -> None:
+        return None
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.ptr} (device {self.device_id})>"
+
+
+_null_streams: Dict[int, Stream] = {}
+
+
+def get_current_stream(device_id: Optional[int] = None) -> Stream:
+    """The current stream of the current device (its null stream unless one is in use)."""
+    device_id = _state.device if device_id is None else device_id
+    stream = _state.streams.get(device_id)
+    if stream is None:
+        stream = _null_streams.get(device_id)
+        if stream is None:
+            with Device(device_id):
+                stream = _null_streams[device_id] = Stream(null=True)
+    return stream
+
+
+def queue_on_current_stream() -> Tuple[Stream, int]:
+    """Count one operation on the current stream; (stream, its count after it)."""
+    stream = get_current_stream()
+    stream.queued += 1
+    return stream, stream.queued
+
+
+def check_ordered(written: Optional[Tuple[Stream, int]], what: str) -> None:
+    """StreamOrderError unless the current stream may read what ``written`` (a copy's
+    (stream, count)) wrote: the same stream, or one that waited for it."""
+    if written is None:
+        return
+    stream, count = written
+    reader = get_current_stream()
+    if stream is reader or reader.waited.get(stream, 0) >= count:
+        return
+    raise StreamOrderError(
+        f"{what} is read on {reader!r} while its copy on {stream!r} may still be running: "
+        f"the reading stream never waited for it (record an event on the copy's stream "
+        f"and call wait_event on the reader)")
+
+
+class Event:
+    """``cupy.cuda.Event``: a point in one stream's queue, and the host time it was
+    recorded (``get_elapsed_time``)."""
+
+    def __init__(self, block: bool = False, disable_timing: bool = False,
+                 interprocess: bool = False) -> None:
+        self.disable_timing = disable_timing
+        self.stream: Optional[Stream] = None
+        self.count = 0
+        self._time: Optional[float] = None
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        self.stream = get_current_stream() if stream is None else stream
+        self.count = self.stream.queued
+        self._time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        return None
+
+    @property
+    def done(self) -> bool:
+        return True
+
+
+def get_elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds between two recorded events (CUDA refuses events without timing)."""
+    for event in (start, end):
+        if event.disable_timing:
+            raise CUDARuntimeError("cudaErrorInvalidResourceHandle: an event made with "
+                                   "disable_timing=True cannot be timed")
+        if event._time is None:
+            raise CUDARuntimeError("cudaErrorInvalidResourceHandle: the event was never "
+                                   "recorded")
+    return (end._time - start._time) * 1000.0
+
+
+class MemoryPool:
+    """``cupy.get_default_memory_pool()``: the bytes of the live device buffers."""
+
+    def used_bytes(self) -> int:
+        return memory.bytes_in_use()
+
+    def total_bytes(self) -> int:
+        return memory.bytes_in_use()
+
+    def free_bytes(self) -> int:
+        return 0
+
+    def free_all_blocks(self) -> None:
+        return None
+
+
+_pool = MemoryPool()
+
+
+def get_default_memory_pool() -> MemoryPool:
+    return _pool
+
+
+class PinnedMemory(bytearray):
+    """``cupy.cuda.alloc_pinned_memory``'s buffer: host memory NumPy can view."""
+
+
+def alloc_pinned_memory(nbytes: int) -> PinnedMemory:
+    return PinnedMemory(int(nbytes))
+
+
+class _Runtime:
+    """``cupy.cuda.runtime``: the calls the backend makes."""
+
+    CUDARuntimeError = CUDARuntimeError
+    cudaDevAttrMultiProcessorCount = 16
+
+    @staticmethod
+    def getDeviceCount() -> int:
+        return DEVICE_COUNT
+
+    @staticmethod
+    def getDevice() -> int:
+        return _state.device
+
+    @staticmethod
+    def setDevice(device: int) -> None:
+        _state.device = _check_device_id(device)
+
+    @staticmethod
+    def memGetInfo() -> Tuple[int, int]:
+        return TOTAL_MEMORY - memory.bytes_in_use(), TOTAL_MEMORY
+
+    @staticmethod
+    def deviceGetAttribute(attribute: int, device: int) -> int:
+        _check_device_id(device)
+        if attribute == _Runtime.cudaDevAttrMultiProcessorCount:
+            return MULTIPROCESSORS
+        raise CUDARuntimeError(f"the emulated GPU does not report attribute {attribute}")
+
+    @staticmethod
+    def getDeviceProperties(device: int) -> dict:
+        _check_device_id(device)
+        return {"name": b"Emulated GPU (CPU)", "totalGlobalMem": TOTAL_MEMORY,
+                "multiProcessorCount": MULTIPROCESSORS, "major": 9, "minor": 0}
+
+    @staticmethod
+    def runtimeGetVersion() -> int:
+        return 13000
+
+    @staticmethod
+    def driverGetVersion() -> int:
+        return 13000
+
+
+runtime = _Runtime()
+
+
+class _DeviceModule:
+    """``cupy.cuda.device``: the cuBLAS handle of the current device."""
+
+    @staticmethod
+    def get_cublas_handle() -> int:
+        return 1 + _state.device
+
+    Device = Device
+    get_device_id = staticmethod(get_device_id)
+
+
+device = _DeviceModule()
+
+
+class _NcclCommunicator:
+    """``cupy.cuda.nccl.NcclCommunicator`` of a one-rank world: every collective leaves the
+    buffer as it is (the sum over one rank, the root's own values)."""
+
+    def __init__(self, ndev: int, unique_id: Any, rank: int) -> None:
+        if ndev != 1 or rank != 0:
+            raise RuntimeError(f"the emulated NCCL has one rank; asked for rank {rank} of "
+                               f"{ndev}")
+        self.device_id = _state.device
+
+    def _check(self, count: int, datatype: int, stream: int) -> None:
+        if _state.device != self.device_id:
+            raise RuntimeError(f"NCCL: a collective on device {_state.device} through the "
+                               f"communicator of device {self.device_id}")
+        if count < 0 or datatype not in _Nccl.SIZES:
+            raise RuntimeError(f"NCCL: invalid count {count} or datatype {datatype}")
+
+    def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int,
+                  stream: int) -> None:
+        self._check(count, datatype, stream)
+        if sendbuf != recvbuf:
+            memory.copy_bytes(recvbuf, sendbuf, count * _Nccl.SIZES[datatype])
+
+    def bcast(self, buff: int, count: int, datatype: int, root: int, stream: int) -> None:
+        self._check(count, datatype, stream)
+        if root != 0:
+            raise RuntimeError(f"NCCL: root {root} of a one-rank world")
+
+    def check_async_error(self) -> None:
+        return None
+
+    def abort(self) -> None:
+        return None
+
+
+class _Nccl:
+    """``cupy.cuda.nccl`` for one rank."""
+
+    available = True
+    NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64, NCCL_BFLOAT16 = 6, 7, 8, 9
+    NCCL_SUM = 0
+    SIZES = {6: 2, 7: 4, 8: 8, 9: 2}
+    NcclCommunicator = _NcclCommunicator
+
+    @staticmethod
+    def get_unique_id() -> tuple:
+        return tuple(np.random.default_rng().integers(0, 256, 128).tolist())
+
+    @staticmethod
+    def groupStart() -> None:
+        return None
+
+    @staticmethod
+    def groupEnd() -> None:
+        return None
+
+
+nccl = _Nccl()

@@ -1,0 +1,343 @@
+"""The ``cupy.*`` functions of the stand-in: ufuncs, creation, shape and sorting routines,
+each NumPy's on the arrays' device views, with CuPy's refusals on top (each cited from
+CuPy v14.2.0).
+
+Only what the engine calls is here (``FUNCTIONS``, ``UFUNCS``, ``CREATION``);
+``tests/test_cupy_stand_in.py`` checks every name against real CuPy where it is installed.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+# (the names of ``FUNCTIONS`` and ``UFUNCS`` below shadow Python's max, min, sum, abs,
+# round, all and any in this module: NumPy's or builtins' are spelled out where meant)
+
+import numpy as np
+
+from .. import memory
+from . import cuda
+from .array import host_reads, ndarray, unwrap, wrap
+from .indexing import wrap_indices
+
+from .ufunc_types import resolve as _resolve_types  # CuPy's loops (scripts/cupy_tables.py)
+
+full_sorts = [0]  # argsorts of whole rows that argpartition fell back to (see argpartition)
+
+
+def refuse_host(value: Any) -> None:
+    """CuPy's operations take no NumPy array (``_kernel.pyx``, ``_preprocess_args``)."""
+    raise TypeError(f"Unsupported type {type(value)}")
+
+
+def _current() -> int:
+    return cuda.current_device_id()
+
+
+class ufunc:
+    """``cupy.ufunc``: NumPy's loop of the same name, on device arrays, accepting only the
+    operand dtypes CuPy's own loops take (``ufunc_types.resolve``)."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+        self._numpy = getattr(np, name)
+        self.nin, self.nout = self._numpy.nin, self._numpy.nout
+
+    def __repr__(self) -> str:
+        return f"<stand-in ufunc '{self.__name__}'>"
+
+    def __call__(self, *args: Any, out: Any = None, dtype: Any = None,
+                 casting: str = "same_kind", **kwargs: Any) -> Any:
+        device = _current()
+        inputs = unwrap(list(args[:self.nin]), device)
+        outputs = out if out is not None else args[self.nin:] or None
+        loop = _resolve_types(self.__name__, inputs, dtype=dtype)
+        # CuPy converts each operand to its loop's input type first (``_kernel.pyx``,
+        # ``_get_out_args``/``_preprocess_args``): a bf16 logical_not runs in float32
+        inputs = [x.astype(t) if isinstance(x, np.ndarray) and x.dtype != t else x
+                  for x, t in zip(inputs, loop.in_dtypes)]
+        if outputs is not None:
+            single = not isinstance(outputs, tuple)
+            views = unwrap((outputs,) if single else tuple(outputs), device)
+            self._numpy(*inputs, out=views, casting=casting, **kwargs)
+            return outputs
+        result = self._numpy(*inputs, casting="unsafe", **kwargs)
+        results = result if isinstance(result, tuple) else (result,)
+        results = tuple(np.asarray(r).astype(t, copy=False) for r, t in
+                        zip(results, loop.out_dtypes))
+        return wrap(results if isinstance(result, tuple) else results[0])
+
+
+UFUNCS = (
+    "abs", "absolute", "add", "arccos", "arccosh", "arcsin", "arcsinh", "arctan",
+    "arctan2", "arctanh", "bitwise_and", "bitwise_or", "bitwise_xor", "cbrt", "ceil",
+    "cos", "cosh", "divide", "equal", "exp", "exp2", "expm1", "floor", "floor_divide",
+    "fmod", "greater", "greater_equal", "invert", "isfinite", "isinf", "isnan",
+    "left_shift", "less", "less_equal", "log", "log10", "log1p", "log2", "logaddexp",
+    "logical_and", "logical_not", "logical_or", "logical_xor", "matmul", "maximum",
+    "minimum", "multiply", "negative", "not_equal", "positive", "power", "reciprocal",
+    "remainder", "right_shift", "rint", "sign", "signbit", "sin", "sinh", "sqrt", "square",
+    "subtract", "tan", "tanh", "true_divide", "trunc", "fmax", "fmin", "copysign",
+    "float_power", "divmod",
+)
+for _name in UFUNCS:
+    globals()[_name] = ufunc(_name)
+
+
+def _on_device(function: Any, name: str) -> Any:
+    """``function`` (NumPy's) on device arrays: operands unwrapped (refusing host arrays
+    and other devices' arrays), the result wrapped on the current device (a view of the
+    first array operand stays its view)."""
+    def on_device(*args: Any, **kwargs: Any) -> Any:
+        device = _current()
+        like = next((a for a in args if isinstance(a, ndarray)), None)
+        args = unwrap(list(args), device)
+        kwargs = {k: unwrap(v, device) for k, v in kwargs.items()}
+        return wrap(function(*args, **kwargs), like=like)
+    on_device.__name__ = name
+    return on_device
+
+
+# routines that compute on device arrays, NumPy's under the same name
+FUNCTIONS = (
+    "allclose", "argmax", "argmin", "array_equal", "broadcast_to", "concatenate",
+    "copyto", "cumprod", "cumsum", "einsum", "expand_dims", "flip", "isclose", "moveaxis",
+    "nonzero", "reshape", "result_type", "roll", "round", "searchsorted", "split",
+    "squeeze", "stack", "swapaxes", "tile", "transpose", "tril", "triu", "where",
+    "sum", "prod", "max", "min", "mean", "var", "std", "all", "any", "amax", "amin",
+    "count_nonzero", "diag", "outer", "dot", "vstack", "hstack", "atleast_1d",
+    "ravel", "repeat", "unique", "bincount", "linspace", "nan_to_num", "unravel_index",
+)
+for _name in FUNCTIONS:
+    globals()[_name] = _on_device(getattr(np, _name), _name)
+
+
+def copyto(dst: ndarray, src: Any, casting: str = "same_kind", where: Any = True) -> None:
+    device = _current()
+    np.copyto(unwrap(dst, device), unwrap(src, device), casting=casting,
+              where=unwrap(where, device))
+
+
+def take(a: ndarray, indices: Any, axis: Optional[int] = None, out: Any = None) -> Any:
+    """Wrapped indices (``_take_kernel``)."""
+    device = _current()
+    view, index = unwrap(a, device), unwrap(indices, device)
+    size = view.size if axis is None else view.shape[axis]
+    result = np.take(view, wrap_indices(np.asarray(index), size), axis=axis)
+    if out is not None:
+        unwrap(out, device)[...] = result
+        return out
+    return wrap(result)
+
+
+def take_along_axis(a: ndarray, indices: ndarray, axis: Optional[int]) -> Any:
+    """Wrapped indices: CuPy indexes with them (``cupy/_indexing/indexing.py``)."""
+    device = _current()
+    view, index = unwrap(a, device), unwrap(indices, device)
+    size = view.size if axis is None else view.shape[axis]
+    return wrap(np.take_along_axis(view, wrap_indices(index, size), axis=axis))
+
+
+def clip(a: ndarray, a_min: Any = None, a_max: Any = None, out: Any = None) -> Any:
+    """CuPy's ``_ndarray_clip`` (``cupy/_core/_routines_math.pyx``) replaces a None bound by
+    the dtype's extreme only for kinds 'f', 'i' and 'u'; for bfloat16 (kind 'V') the None
+    reaches the ufunc, which refuses it."""
+    device = _current()
+    view = unwrap(a, device)
+    if (a_min is None or a_max is None) and view.dtype.kind not in "fiu":
+        raise TypeError("Unsupported type <class 'NoneType'>")
+    low, high = unwrap(a_min, device), unwrap(a_max, device)
+    if out is not None:
+        np.clip(view, low, high, out=unwrap(out, device))
+        return out
+    return wrap(np.clip(view, low, high))
+
+
+_THRUST_REFUSES = ("V",)  # cupy/cuda/thrust.pyx: no dtype id for bfloat16 (kind 'V')
+
+
+def _check_sortable(view: np.ndarray, what: str) -> None:
+    """Thrust sorts no bfloat16 (``cupy/cuda/common.pyx`` has no dtype id for it)."""
+    if view.dtype.kind in _THRUST_REFUSES:
+        raise NotImplementedError(f"Sorting arrays with dtype '{view.dtype}' is not "
+                                  f"supported ({what})")
+
+
+def argsort(a: ndarray, axis: int = -1, kind: Any = None) -> Any:
+    view = unwrap(a, _current())
+    _check_sortable(view, "argsort")
+    return wrap(np.argsort(view, axis=axis, kind="stable"))
+
+
+def sort(a: ndarray, axis: int = -1, kind: Any = None) -> Any:
+    view = unwrap(a, _current())
+    _check_sortable(view, "sort")
+    return wrap(np.sort(view, axis=axis, kind="stable"))
+
+
+ARGPARTITION_SORT_FROM = 1024  # CuPy's partition kernel takes k below this
+
+
+def argpartition(a: ndarray, kth: Any, axis: int = -1) -> Any:
+    """CuPy's argpartition (``_ndarray_argpartition`` in ``_routines_sorting.pyx``) runs a
+    partition kernel only while the largest kth, rounded up to a power of two, stays
+    under 1024; past it, it sorts the whole axis (counted in ``full_sorts``), with the
+    sort's dtype refusals."""
+    view = unwrap(a, _current())
+    largest = int(np.max(kth)) + 1  # (this module's max is cupy.max: NumPy's here)
+    if 1 << (largest - 1).bit_length() >= ARGPARTITION_SORT_FROM:
+        full_sorts[0] += 1
+        _check_sortable(view, "argpartition of a large kth")
+    return wrap(np.argpartition(view, kth, axis=axis))
+
+
+def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None,
+            blocking: bool = True) -> np.ndarray:
+    if isinstance(a, ndarray):
+        return a.get(order=order, out=out)
+    return np.asarray(a, order=order)
+
+
+# --- creation: on the current device ------------------------------------------------------
+def _new(shape: Any, dtype: Any) -> ndarray:
+    return ndarray._of(memory.empty(shape, dtype), _current())
+
+
+def empty(shape: Any, dtype: Any = float, order: str = "C") -> ndarray:
+    return _new(shape, dtype)
+
+
+def _filled(shape: Any, value: Any, dtype: Any) -> ndarray:
+    out = _new(shape, dtype)
+    out._view[...] = value
+    return out
+
+
+def zeros(shape: Any, dtype: Any = float, order: str = "C") -> ndarray:
+    return _filled(shape, 0, dtype)
+
+
+def ones(shape: Any, dtype: Any = float, order: str = "C") -> ndarray:
+    return _filled(shape, 1, dtype)
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> ndarray:
+    fill = unwrap(fill_value, _current())
+    return _filled(shape, fill, np.asarray(fill).dtype if dtype is None else dtype)
+
+
+def _like(a: ndarray, dtype: Any, shape: Any) -> tuple:
+    return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtype)
+
+
+def empty_like(a: ndarray, dtype: Any = None, order: str = "K", subok: Any = None,
+               shape: Any = None) -> ndarray:
+    return _new(*_like(a, dtype, shape))
+
+
+def zeros_like(a: ndarray, dtype: Any = None, order: str = "K", subok: Any = None,
+               shape: Any = None) -> ndarray:
+    return _filled(*_like(a, dtype, shape)[:1], 0, _like(a, dtype, shape)[1])
+
+
+def ones_like(a: ndarray, dtype: Any = None, order: str = "K", subok: Any = None,
+              shape: Any = None) -> ndarray:
+    return _filled(*_like(a, dtype, shape)[:1], 1, _like(a, dtype, shape)[1])
+
+
+def full_like(a: ndarray, fill_value: Any, dtype: Any = None, order: str = "K",
+              subok: Any = None, shape: Any = None) -> ndarray:
+    shape, dtype = _like(a, dtype, shape)
+    return _filled(shape, unwrap(fill_value, _current()), dtype)
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None) -> ndarray:
+    return wrap(np.arange(start, stop, step, dtype=dtype))
+
+
+def eye(N: int, M: Optional[int] = None, k: int = 0, dtype: Any = float,
+        order: str = "C") -> ndarray:
+    return wrap(np.eye(N, M, k, dtype=dtype))
+
+
+def tri(N: int, M: Optional[int] = None, k: int = 0, dtype: Any = float) -> ndarray:
+    return wrap(np.tri(N, M, k, dtype=dtype))
+
+
+def array(obj: Any, dtype: Any = None, copy: bool = True, order: str = "K",
+          subok: bool = False, ndmin: int = 0, blocking: bool = False) -> ndarray:
+    """Host data uploaded (NumPy arrays included: the one door in); a device array copied
+    (to the current device, from any)."""
+    if isinstance(obj, ndarray):
+        source = obj._view
+        cuda.check_ordered(obj._written, "the source of a copy")
+        result = np.array(source, dtype=dtype, copy=True, ndmin=ndmin)
+        return ndarray._of(_copy_in(result), _current())
+    if isinstance(obj, (list, tuple)) and any(isinstance(v, ndarray) for v in obj):
+        return wrap(np.array(unwrap(list(obj), _current()), dtype=dtype, ndmin=ndmin))
+    host = np.array(obj, dtype=dtype, copy=True, ndmin=ndmin)
+    if host.dtype == object:
+        raise ValueError("Unsupported dtype object")
+    return ndarray._of(_copy_in(host), _current())
+
+
+def _copy_in(host: np.ndarray) -> np.ndarray:
+    out = memory.empty(host.shape, host.dtype)
+    out[...] = host
+    return out
+
+
+def asarray(a: Any, dtype: Any = None, order: Any = None, blocking: bool = False) -> Any:
+    if isinstance(a, ndarray) and (dtype is None or np.dtype(dtype) == a.dtype):
+        if a._device != _current():  # CuPy copies across devices here
+            return array(a)
+        return a
+    return array(a, dtype=dtype)
+
+
+def ascontiguousarray(a: Any, dtype: Any = None) -> Any:
+    if isinstance(a, ndarray) and a._view.flags.c_contiguous and \
+            (dtype is None or np.dtype(dtype) == a.dtype) and a._device == _current():
+        return a
+    if isinstance(a, ndarray):
+        unwrap(a, _current())  # another device's array: refused as by its kernels
+        return ndarray._of(_copy_in(np.ascontiguousarray(a._view, dtype=dtype)), _current())
+    return array(a, dtype=dtype)
+
+
+def broadcast(*arrays: Any) -> Any:
+    return np.broadcast(*unwrap(list(arrays), _current()))
+
+
+def matmul_refusals(a: np.ndarray, b: np.ndarray) -> None:
+    """CuPy 14 refuses batched bfloat16 products (cupy/cupy#10317)."""
+    if a.dtype.kind == "V" and (a.ndim > 2 or b.ndim > 2):
+        raise TypeError("cupy.matmul: batched bfloat16 products are not supported")
+
+
+def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:  # noqa: F811
+    device = _current()
+    left, right = unwrap(a, device), unwrap(b, device)
+    matmul_refusals(left, right)
+    if out is not None:
+        np.matmul(left, right, out=unwrap(out, device))
+        return out
+    return wrap(np.matmul(left, right))
+
+
+def get_array_module(*args: Any) -> Any:
+    import sys
+    return sys.modules[__package__]
+
+
+class _StrideTricks:
+    @staticmethod
+    def as_strided(x: ndarray, shape: Any = None, strides: Any = None) -> ndarray:
+        view = np.lib.stride_tricks.as_strided(unwrap(x, x._device), shape, strides)
+        return ndarray._of(view, x._device, x if x._base is None else x._base, x._written)
+
+
+class lib:
+    stride_tricks = _StrideTricks
+
+
+del _name
