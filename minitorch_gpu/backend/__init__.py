@@ -9,7 +9,18 @@ from __future__ import annotations
 import copyreg
 from typing import Any, Dict
 
-from . import _cupy, cupy_backend, dtypes
+from . import _cupy
+
+if _cupy.EMULATED:  # MINITORCH_EMULATE_CUDA=1: the CuPy stand-in, before anything binds cupy
+    from . import emulated_cuda
+    _reason = emulated_cuda.unavailable_reason()
+    if _reason is None:
+        from .emulated_cuda import stand_in
+        _cupy.use_stand_in(stand_in, None)
+    else:
+        _cupy.use_stand_in(None, _reason)
+
+from . import cupy_backend, dtypes  # noqa: E402  (after the stand-in, which it binds)
 from .base import DEFAULT_SEED, Backend, Device, Timer, parse_device
 from .numpy_backend import NumpyBackend
 

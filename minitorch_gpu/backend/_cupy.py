@@ -3,9 +3,9 @@ and why CUDA can't be used on this machine (no CuPy, or no GPU), so the error a 
 names the fix. The CUDA backend, the kernels, NCCL and ``minitorch_gpu.cuda`` take CuPy
 from here, and cuBLAS and NCCL through ``cublas()`` and ``nccl()``.
 
-``MINITORCH_EMULATE_CUDA=1`` puts the CuPy stand-in (``emulated_cuda/stand_in``) here
-instead: the ``cuda`` device on a machine without a GPU, for tests. Nothing else selects
-it, and ``EMULATED`` says it was.
+``MINITORCH_EMULATE_CUDA=1`` (``EMULATED``) leaves CuPy unimported: ``backend/__init__``
+then puts the CuPy stand-in (``emulated_cuda/stand_in``) here with ``use_stand_in``, the
+``cuda`` device on a machine without a GPU, for tests. Nothing else selects it.
 """
 from __future__ import annotations
 
@@ -21,16 +21,8 @@ EMULATED_NOTE = (f"the GPU is emulated on the CPU ({EMULATE_ENV}=1): kernels and
 
 cupy = cupyx = cupy_special = None
 _IMPORT_ERROR: Optional[str] = None
-if EMULATED:
-    from .emulated_cuda import unavailable_reason as _emulator_unavailable
-    _IMPORT_ERROR = _emulator_unavailable()
-    if _IMPORT_ERROR is None:
-        from .emulated_cuda.stand_in import cupy, cupyx  # noqa: F811
-        from .emulated_cuda.stand_in import cupyx_special as cupy_special
-    else:
-        _IMPORT_ERROR = f"{EMULATE_ENV}=1 is set but the emulated GPU can't run: " \
-                        f"{_IMPORT_ERROR}"
-else:
+_stand_in: Any = None  # the stand-in package, once use_stand_in put it here
+if not EMULATED:
     try:
         import cupy
         import cupyx
@@ -38,6 +30,19 @@ else:
     except Exception as exc:  # ImportError, or a CuPy that fails to load its CUDA libraries
         cupy = cupyx = cupy_special = None
         _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+else:
+    _IMPORT_ERROR = f"{EMULATE_ENV}=1 is set but the emulated GPU was not installed"
+
+
+def use_stand_in(stand_in: Any, unavailable: Optional[str]) -> None:
+    """Put the CuPy stand-in here (``backend/__init__.py`` calls it when ``EMULATED``,
+    before the CUDA backend binds these names), or say why it can't run."""
+    global cupy, cupyx, cupy_special, _stand_in, _IMPORT_ERROR
+    if unavailable is not None:
+        _IMPORT_ERROR = f"{EMULATE_ENV}=1 is set but the emulated GPU can't run: {unavailable}"
+        return
+    cupy, cupyx, cupy_special = stand_in.cupy, stand_in.cupyx, stand_in.cupyx_special
+    _stand_in, _IMPORT_ERROR = stand_in, None
 
 
 def unavailable_reason() -> Optional[str]:
@@ -64,16 +69,15 @@ def device_count() -> int:
 
 def cublas() -> Any:
     """CuPy's cuBLAS bindings (``cupy_backends.cuda.libs.cublas``), or the stand-in's."""
-    if EMULATED:
-        from .emulated_cuda.stand_in import cublas as stand_in_cublas
-        return stand_in_cublas
+    if _stand_in is not None:
+        return _stand_in.cublas
     from cupy_backends.cuda.libs import cublas as cupy_cublas
     return cupy_cublas
 
 
 def nccl() -> Any:
     """``cupy.cuda.nccl``, or the stand-in's one-rank NCCL."""
-    if EMULATED:
+    if _stand_in is not None:
         return cupy.cuda.nccl
     from cupy.cuda import nccl as cupy_nccl
     return cupy_nccl

@@ -37,7 +37,7 @@ from .launch import EmulatedKernel, EmulatedKernelError, EmulatedModule, launche
 
 __all__ = ["EmulatedKernel", "EmulatedKernelError", "EmulatedModule", "activate",
            "deactivate", "emulated", "kernels_for_host_arrays", "launched", "memory",
-           "schedules", "stand_in", "unavailable_reason"]
+           "launcher_stand_in", "schedules", "unavailable_reason"]
 
 
 def unavailable_reason() -> Optional[str]:
@@ -113,7 +113,7 @@ def _stand_in() -> SimpleNamespace:
         cuda=SimpleNamespace(Device=_Device))
 
 
-stand_in = _stand_in()
+launcher_stand_in = _stand_in()
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,7 +136,7 @@ def activate() -> None:
     """Put the emulated GPU behind the kernels' loader (until ``deactivate``)."""
     from ..kernels import loader
     _saved.append((loader.require_cupy, loader.load_kernel, loader.contiguous))
-    loader.require_cupy = lambda: stand_in
+    loader.require_cupy = lambda: launcher_stand_in
     loader.load_kernel = load_kernel
     loader.contiguous = _ascontiguousarray
 
@@ -153,6 +153,6 @@ def emulated() -> Iterator[SimpleNamespace]:
     (``.asarray`` puts a host array on the device)."""
     activate()
     try:
-        yield stand_in
+        yield launcher_stand_in
     finally:
         deactivate()

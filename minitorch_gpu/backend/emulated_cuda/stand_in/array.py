@@ -15,13 +15,13 @@ counter compares the two, so a read the engine does not count shows.
 from __future__ import annotations
 
 import ctypes
-import operator
 from typing import Any, Iterable, Optional
 
 import numpy as np
 
 from .. import memory
 from . import cuda
+from .indexing import wrapped_key
 
 host_reads = [0]  # device-to-host copies made through the stand-in, ever
 
@@ -115,7 +115,8 @@ class ndarray:
     """A device array (see the module's docstring)."""
 
     __slots__ = ("_view", "_device", "_base", "_written", "__weakref__")
-    # NumPy hands its ufuncs and functions on such arrays to the stand-in (as CuPy does)
+    # NumPy hands its ufuncs and functions on such arrays to the stand-in (as CuPy does):
+    # functions.py gives the class __array_ufunc__, __array_function__ and its operators
     __array_priority__ = 100
 
     def __init__(self, shape: Any, dtype: Any = float, memptr: Any = None,
@@ -214,21 +215,6 @@ class ndarray:
         raise TypeError("Implicit conversion to a NumPy array is not allowed. Please use "
                         "`.get()` to construct a NumPy array explicitly.")
 
-    # --- NumPy's protocols: NumPy's ufuncs and functions on a device array go to CuPy's --
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from . import functions
-        ours = getattr(functions, ufunc.__name__, None)
-        if ours is None or method != "__call__":
-            return NotImplemented
-        return ours(*inputs, **kwargs)
-
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from . import functions
-        ours = getattr(functions, func.__name__, None)
-        if ours is None:
-            return NotImplemented
-        return ours(*args, **kwargs)
-
     # --- methods ------------------------------------------------------------------------
     def _method(self, name: str, *args: Any, **kwargs: Any) -> Any:
         device = self._device
@@ -243,7 +229,6 @@ class ndarray:
             return wrap(result, like=self)
 
     def __getitem__(self, key: Any) -> Any:
-        from .indexing import wrapped_key
         device = self._device
         key = wrapped_key(unwrap(key, device) if not isinstance(key, ndarray)
                           else unwrap(key, device), self.shape)
@@ -251,7 +236,6 @@ class ndarray:
             return wrap(self._view[key], like=self)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        from .indexing import wrapped_key
         device = self._device
         if isinstance(value, np.ndarray):
             raise TypeError(f"Unsupported type {type(value)}")
@@ -283,38 +267,5 @@ for _name in FORWARDED_METHODS:
     setattr(ndarray, _name, _forward(_name))
 
 
-def _binary(name: str, reflected: bool = False) -> Any:
-    def method(self: ndarray, other: Any) -> Any:
-        from . import functions
-        if isinstance(other, np.ndarray):
-            return NotImplemented if reflected else functions.refuse_host(other)
-        ufunc = getattr(functions, name)
-        return ufunc(other, self) if reflected else ufunc(self, other)
-    return method
-
-
-def _inplace(name: str) -> Any:
-    def method(self: ndarray, other: Any) -> Any:
-        from . import functions
-        getattr(functions, name)(self, other, out=self)
-        return self
-    return method
-
-
-_OPERATORS = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "true_divide",
-              "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
-              "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
-              "xor": "bitwise_xor", "lshift": "left_shift", "rshift": "right_shift"}
-for _op, _ufunc in _OPERATORS.items():
-    setattr(ndarray, f"__{_op}__", _binary(_ufunc))
-    setattr(ndarray, f"__r{_op}__", _binary(_ufunc, reflected=True))
-    setattr(ndarray, f"__i{_op}__", _inplace(_ufunc))
-for _op, _ufunc in {"lt": "less", "le": "less_equal", "gt": "greater",
-                    "ge": "greater_equal", "eq": "equal", "ne": "not_equal"}.items():
-    setattr(ndarray, f"__{_op}__", _binary(_ufunc))
-for _op, _ufunc in {"neg": "negative", "pos": "positive", "abs": "absolute",
-                    "invert": "invert"}.items():
-    setattr(ndarray, f"__{_op}__", (lambda u: lambda self: getattr(
-        __import__(f"{__package__}.functions", fromlist=[u]), u)(self))(_ufunc))
 ndarray.__hash__ = None  # type: ignore[assignment]  # as CuPy's: arrays compare elementwise
-del _op, _ufunc, _name, operator
+del _name

@@ -340,4 +340,61 @@ class lib:
     stride_tricks = _StrideTricks
 
 
+# --- the array's operators and NumPy's protocols: CuPy's ufuncs on device arrays ------
+def _array_ufunc(self: ndarray, numpy_ufunc: Any, method: str, *inputs: Any,
+                 **kwargs: Any) -> Any:
+    ours = globals().get(numpy_ufunc.__name__)
+    if not isinstance(ours, ufunc) or method != "__call__":
+        return NotImplemented
+    return ours(*inputs, **kwargs)
+
+
+def _array_function(self: ndarray, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    ours = globals().get(func.__name__)
+    if ours is None or not callable(ours):
+        return NotImplemented
+    return ours(*args, **kwargs)
+
+
+def _binary(name: str, reflected: bool = False) -> Any:
+    def method(self: ndarray, other: Any) -> Any:
+        if isinstance(other, np.ndarray):
+            if reflected:
+                return NotImplemented
+            refuse_host(other)
+        op = globals()[name]
+        return op(other, self) if reflected else op(self, other)
+    return method
+
+
+def _inplace(name: str) -> Any:
+    def method(self: ndarray, other: Any) -> Any:
+        globals()[name](self, other, out=self)
+        return self
+    return method
+
+
+def _unary(name: str) -> Any:
+    return lambda self: globals()[name](self)
+
+
+ndarray.__array_ufunc__ = _array_ufunc
+ndarray.__array_function__ = _array_function
+for _op, _name in {"add": "add", "sub": "subtract", "mul": "multiply",
+                   "truediv": "true_divide", "floordiv": "floor_divide", "mod": "remainder",
+                   "pow": "power", "matmul": "matmul", "and": "bitwise_and",
+                   "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "left_shift",
+                   "rshift": "right_shift"}.items():
+    setattr(ndarray, f"__{_op}__", _binary(_name))
+    setattr(ndarray, f"__r{_op}__", _binary(_name, reflected=True))
+    setattr(ndarray, f"__i{_op}__", _inplace(_name))
+for _op, _name in {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
+                   "eq": "equal", "ne": "not_equal"}.items():
+    setattr(ndarray, f"__{_op}__", _binary(_name))
+for _op, _name in {"neg": "negative", "pos": "positive", "abs": "absolute",
+                   "invert": "invert"}.items():
+    setattr(ndarray, f"__{_op}__", _unary(_name))
+del _op
+
+
 del _name
