@@ -185,8 +185,13 @@ class Function:
         else:
             ctx.needs_input_grad = _NO_GRAD_NEEDED[len(args)] if len(args) < 8 \
                 else (False,) * len(args)
-        out = cls.forward(ctx, *[arg.data if isinstance(arg, Tensor) else arg for arg in args],
-                          **kwargs)
+        arrays = [arg.data if isinstance(arg, Tensor) else arg for arg in args]
+        device = backend._cuda_device  # see Backend.on_device; None on the CPU
+        if device is None:  # no current device to make: no `with` (100 ns, 7% of a 4x4 add)
+            out = cls.forward(ctx, *arrays, **kwargs)
+        else:  # CuPy allocates and launches on the current GPU: make it the tensors'
+            with device:
+                out = cls.forward(ctx, *arrays, **kwargs)
         if isinstance(out, np.generic):  # NumPy turns 0-d results into scalars; keep arrays
             out = np.asarray(out)
         result = Tensor._make(out, backend, record)
@@ -286,6 +291,11 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
         raise RuntimeError("backward: the tensor does not require grad and has no grad_fn "
                            "(did you build it under no_grad, or from tensors without "
                            "requires_grad=True?)")
+    with tensor._backend.on_device():  # every node's backward allocates and launches there
+        _backward(tensor, gradient, retain_graph)
+
+
+def _backward(tensor: Tensor, gradient: Optional[Any], retain_graph: bool) -> None:
     xp = tensor._backend.xp
     tensor._backend.prepare_backward()
     handed_out: set = set()  # ids of arrays already stored as someone's .grad

@@ -2,7 +2,8 @@
 
 Every factory takes ``dtype``, ``device`` and ``requires_grad``. Floats default to float32,
 Python ints to int64, as in PyTorch. Random ones draw from the backend's seeded stream
-(``manual_seed``).
+(``manual_seed``). Arrays are made inside ``backend.on_device()``: CuPy allocates on the
+current GPU, which need not be the one asked for.
 """
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def tensor(data: Any, dtype: Any = None, device: DeviceLike = None,
         source = data._backend.to_numpy(data.data) if device is not None else data.data
         backend = get_backend(device) if device is not None else data._backend
         array = backend.asarray(source, dtype=None if dtype is None else dtypes.as_dtype(dtype))
-        array = array.copy() if array is data.data else array
+        if array is data.data:
+            with backend.on_device():  # CuPy's copy() lands on the current GPU
+                array = array.copy()
         return _finish(array, backend, requires_grad)
     backend = get_backend(device if device is not None else "cpu")
     dtype = None if dtype is None else dtypes.as_dtype(dtype)
@@ -67,30 +70,35 @@ def tensor(data: Any, dtype: Any = None, device: DeviceLike = None,
         check_number_dtype(data.dtype, "tensor", type(data).__name__)
     array = backend.asarray(data, dtype=dtype)
     if hasattr(data, "__array_interface__") or hasattr(data, "__cuda_array_interface__"):
-        array = array.copy() if array is data or array.base is data else array
+        if array is data or array.base is data:
+            with backend.on_device():  # CuPy's copy() lands on the current GPU
+                array = array.copy()
     return _finish(array, backend, requires_grad)
 
 
 def zeros(*size: Any, dtype: Any = None, device: DeviceLike = None,
           requires_grad: bool = False) -> Tensor:
     backend = get_backend(device or "cpu")
-    return _finish(backend.xp.zeros(_shape(size, "zeros"), dtype=_dtype(dtype)), backend,
-                   requires_grad)
+    with backend.on_device():
+        array = backend.xp.zeros(_shape(size, "zeros"), dtype=_dtype(dtype))
+    return _finish(array, backend, requires_grad)
 
 
 def ones(*size: Any, dtype: Any = None, device: DeviceLike = None,
          requires_grad: bool = False) -> Tensor:
     backend = get_backend(device or "cpu")
-    return _finish(backend.xp.ones(_shape(size, "ones"), dtype=_dtype(dtype)), backend,
-                   requires_grad)
+    with backend.on_device():
+        array = backend.xp.ones(_shape(size, "ones"), dtype=_dtype(dtype))
+    return _finish(array, backend, requires_grad)
 
 
 def empty(*size: Any, dtype: Any = None, device: DeviceLike = None,
           requires_grad: bool = False) -> Tensor:
     """Uninitialised memory: fill it before reading."""
     backend = get_backend(device or "cpu")
-    return _finish(backend.xp.empty(_shape(size, "empty"), dtype=_dtype(dtype)), backend,
-                   requires_grad)
+    with backend.on_device():
+        array = backend.xp.empty(_shape(size, "empty"), dtype=_dtype(dtype))
+    return _finish(array, backend, requires_grad)
 
 
 def full(size: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = None,
@@ -103,8 +111,9 @@ def full(size: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = Non
         dtype = dtypes.bool_ if isinstance(fill_value, (bool, np.bool_)) else \
             dtypes.int64 if isinstance(fill_value, (int, np.integer)) else dtypes.float32
     size = _shape((size,) if isinstance(size, int) else tuple(size), "full")
-    return _finish(backend.xp.full(size, fill_value, dtype=_dtype(dtype)), backend,
-                   requires_grad)
+    with backend.on_device():
+        array = backend.xp.full(size, fill_value, dtype=_dtype(dtype))
+    return _finish(array, backend, requires_grad)
 
 
 def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None,
@@ -120,11 +129,13 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None,
     backend = get_backend(device or "cpu")
     dtype = _dtype(dtype)
     _check_arange_range(start, end, step)
-    if dtype.kind in "iu" and dtype != dtypes.int64:
-        # as PyTorch, values past a narrow integer dtype wrap (computed in int64, then cast)
-        values = backend.xp.arange(start, end, step, dtype=dtypes.int64).astype(dtype)
-        return _finish(values, backend, requires_grad)
-    return _finish(backend.xp.arange(start, end, step, dtype=dtype), backend, requires_grad)
+    with backend.on_device():
+        if dtype.kind in "iu" and dtype != dtypes.int64:
+            # as PyTorch, values past a narrow integer dtype wrap (computed in int64, then cast)
+            values = backend.xp.arange(start, end, step, dtype=dtypes.int64).astype(dtype)
+        else:
+            values = backend.xp.arange(start, end, step, dtype=dtype)
+    return _finish(values, backend, requires_grad)
 
 
 _INT64_RANGE = (-2 ** 63, 2 ** 63 - 1)
@@ -225,7 +236,9 @@ def eye(n: int, m: Optional[int] = None, *, dtype: Any = None, device: DeviceLik
     m = n if m is None else m
     _shape((n, m), "eye")
     backend = get_backend(device or "cpu")
-    return _finish(backend.xp.eye(int(n), int(m), dtype=_dtype(dtype)), backend, requires_grad)
+    with backend.on_device():
+        array = backend.xp.eye(int(n), int(m), dtype=_dtype(dtype))
+    return _finish(array, backend, requires_grad)
 
 
 def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: DeviceLike = None,
@@ -248,7 +261,12 @@ def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: Dev
         raise NotImplementedError("linspace: dtype bool is not supported, expected a "
                                   "floating or integer dtype")
     backend = get_backend(device or "cpu")
-    xp = backend.xp
+    with backend.on_device():
+        values = _linspace_values(backend.xp, start, end, steps, dtype)
+    return _finish(values, backend, requires_grad)
+
+
+def _linspace_values(xp: Any, start: Any, end: Any, steps: int, dtype: np.dtype) -> Any:
     # computed in the output's float dtype, as PyTorch does, so float32 values match its
     work = dtype if dtypes.is_floating(dtype) and dtype.itemsize >= 4 else np.dtype(np.float64)
     i = xp.arange(int(steps)).astype(work)
@@ -259,4 +277,4 @@ def linspace(start: Any, end: Any, steps: int, *, dtype: Any = None, device: Dev
         values = xp.full(1, begin, dtype=work)
     if dtypes.is_integer(dtype):
         values = xp.trunc(values)
-    return _finish(values.astype(dtype), backend, requires_grad)
+    return values.astype(dtype)

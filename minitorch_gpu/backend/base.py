@@ -9,7 +9,7 @@ import contextlib
 import reprlib
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, ClassVar, ContextManager, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from . import dtypes
 from .transfers import DeferredChecks, HostReadCount, Upload, check_extremes
 
 DEFAULT_SEED = 67280421310721  # PyTorch's default initial seed: runs are repeatable by default
+_NO_DEVICE_TO_SELECT = contextlib.nullcontext()  # on_device() where there is none (the CPU)
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +98,12 @@ class Backend:
     # The one Backend of each device made so far (get_backend fills it): how a backend
     # finds the owner of another device's array without importing the package above it.
     made: ClassVar[Dict[Device, "Backend"]] = {}
+    # CuPy allocates and launches kernels on the *current* device, not on the device of the
+    # arrays it is given: work for a GPU backend runs with its GPU made current, by this
+    # context manager (the CUDA backend's cupy.cuda.Device). None on the CPU, which has no
+    # current device. ``on_device()`` is the way to enter it; the per-op hot path
+    # (Function.apply) tests it for None instead, so the CPU pays no `with` per op.
+    _cuda_device: Any = None
 
     def __init__(self, seed: int = DEFAULT_SEED) -> None:
         self.host_reads = 0  # calls of to_numpy: the device-to-host reads Python made
@@ -119,6 +126,15 @@ class Backend:
         """``data`` (Python numbers/lists, a NumPy or this backend's array) as an array here."""
         raise NotImplementedError
 
+    def on_device(self) -> ContextManager[Any]:
+        """``with backend.on_device():`` around work that allocates or launches on this
+        backend (``xp.zeros``, ``xp.arange``, a kernel of arrays already here): on a GPU it
+        makes this backend's GPU current for the block, so ``--device cuda:1`` computes on
+        GPU 1 whatever was current before (else CuPy puts new arrays on the current GPU,
+        or fails with "Peer access is unavailable"). A no-op on the CPU. Nests freely."""
+        device = self._cuda_device
+        return _NO_DEVICE_TO_SELECT if device is None else device
+
     # --- reading values back (see transfers.py) ----------------------------------------
     def to_numpy(self, array: Any) -> np.ndarray:
         """``array`` as a NumPy array: the one way values come back to the host for Python
@@ -128,7 +144,8 @@ class Backend:
         self.host_reads += 1
         host = self._to_host(array)
         if self._deferred_checks:
-            self._deferred_checks.read(self.xp, self._to_host, self.device)
+            with self.on_device():
+                self._deferred_checks.read(self.xp, self._to_host, self.device)
         return host
 
     def _to_host(self, array: Any) -> np.ndarray:
@@ -150,9 +167,12 @@ class Backend:
             reads.close()
 
     def check_in_range(self, values: Any, stop: int, before: str, after: str,
-                       ignore: Optional[int] = None) -> None:
-        """ValueError ``"{before} {bad} {after}"`` if an integer of ``values`` (other
-        than ``ignore``) lies outside [0, stop): its min when negative, else its max.
+                       ignore: Optional[int] = None, *, start: int = 0,
+                       error: type = ValueError) -> None:
+        """``error`` (ValueError unless given) ``"{before} {bad} {after}"`` if an integer
+        of ``values`` (other than ``ignore``) lies outside [start, stop): its min when
+        below ``start``, else its max. (Index arrays, which may count from the end, check
+        [-size, size) and raise IndexError, as NumPy does.)
 
         Where reads are free (the CPU) it raises here. On a GPU the min and max stay on
         the device, accumulated over the calls with the same message, and are read at the
@@ -162,20 +182,24 @@ class Backend:
         """
         if values.size == 0:
             return
-        if ignore is not None:  # where(), not a boolean mask: a mask's size needs a read
-            values = self.xp.where(values != ignore, values, 0)
-        low, high = values.min(), values.max()
-        if self.reads_are_free:
-            check_extremes(int(low), int(high), stop, before, after)
-        else:
-            self._deferred_checks.add(self.xp, low, high, stop, before, after)
+        with self.on_device():
+            if ignore is not None:  # where(), not a boolean mask: a mask's size needs a read
+                values = self.xp.where(values != ignore, values, start)
+            low, high = values.min(), values.max()
+            if self.reads_are_free:
+                check_extremes(int(low), int(high), stop, before, after, start=start,
+                               error=error)
+            else:
+                self._deferred_checks.add(self.xp, low, high, stop, before, after,
+                                          start=start, error=error)
 
     def raise_deferred_errors(self) -> None:
         """Read the checks still pending on the device (one counted host read; none when
         nothing is pending) and raise the first that failed."""
         if self._deferred_checks:
             self.host_reads += 1
-            self._deferred_checks.read(self.xp, self._to_host, self.device)
+            with self.on_device():
+                self._deferred_checks.read(self.xp, self._to_host, self.device)
 
     # --- sending arrays -----------------------------------------------------------------
     def host_to_device_async(self, arrays: Sequence[np.ndarray],

@@ -55,24 +55,26 @@ class Upload:
         return self._arrays
 
 
-def range_error(bad: int, before: str, after: str, device: Any = None) -> ValueError:
-    """The error of a failed range check: ``"{before} {bad} {after}"``, and, for a check
-    read after its op ran, where it was checked."""
+def range_error(bad: int, before: str, after: str, device: Any = None,
+                error: type = ValueError) -> Exception:
+    """The error (``error``: ValueError, or IndexError for an index) of a failed range
+    check: ``"{before} {bad} {after}"``, and, for a check read after its op ran, where it
+    was checked."""
     message = f"{before} {bad} {after}"
     if device is not None:
         message += (f" [checked on {device} without waiting for it, and read at a later "
                     f"host read]")
-    return ValueError(message)
+    return error(message)
 
 
 def check_extremes(low: int, high: int, stop: int, before: str, after: str,
-                   device: Any = None) -> None:
-    """Raise ``range_error`` unless ``0 <= low`` and ``high < stop``; the value named is
-    the low one when it is negative, else the high one."""
-    if low < 0:
-        raise range_error(low, before, after, device)
+                   device: Any = None, *, start: int = 0, error: type = ValueError) -> None:
+    """Raise ``range_error`` unless ``start <= low`` and ``high < stop``; the value named is
+    the low one when it is below ``start``, else the high one."""
+    if low < start:
+        raise range_error(low, before, after, device, error)
     if high >= stop:
-        raise range_error(high, before, after, device)
+        raise range_error(high, before, after, device, error)
 
 
 class DeferredChecks:
@@ -83,13 +85,15 @@ class DeferredChecks:
     all of them back in one copy and raises the first that failed."""
 
     def __init__(self) -> None:
-        self._pending: Dict[Tuple[str, str, int], Tuple[Any, Any]] = {}
+        # (before, after, start, stop, error) -> (running min, running max)
+        self._pending: Dict[Tuple[str, str, int, int, type], Tuple[Any, Any]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._pending)
 
-    def add(self, xp: Any, low: Any, high: Any, stop: int, before: str, after: str) -> None:
-        key = (before, after, stop)
+    def add(self, xp: Any, low: Any, high: Any, stop: int, before: str, after: str, *,
+            start: int = 0, error: type = ValueError) -> None:
+        key = (before, after, start, stop, error)
         pending = self._pending.get(key)
         if pending is not None:
             low, high = xp.minimum(pending[0], low), xp.maximum(pending[1], high)
@@ -103,5 +107,6 @@ class DeferredChecks:
             return
         extremes = xp.stack([value for pair in pending.values() for value in pair])
         values = to_host(extremes.astype(np.int64)).tolist()  # (2 * checks,)
-        for i, (before, after, stop) in enumerate(pending):
-            check_extremes(values[2 * i], values[2 * i + 1], stop, before, after, device)
+        for i, (before, after, start, stop, error) in enumerate(pending):
+            check_extremes(values[2 * i], values[2 * i + 1], stop, before, after, device,
+                           start=start, error=error)

@@ -157,3 +157,30 @@ def sigmoid_into(xp: Any, x: Any, s: Any, scratch: Any) -> None:
     xp.maximum(s, scratch, out=s)  # the numerator: 1, or e
     scratch += 1
     s /= scratch
+
+
+def nonzero_positions(backend: Any, array: Any) -> tuple:
+    """The positions of ``array``'s non-zero (true) elements in row-major order, one int64
+    array per dim, as ``xp.nonzero``, but with its one host read counted.
+
+    How many there are decides the result's shape, so it must be read; ``xp.nonzero``
+    reads it inside CuPy, where ``backend.host_reads`` cannot see it. Here a GPU sends
+    the count alone through ``to_numpy`` and places each position by a running count (no
+    other read); the CPU reads the whole array through ``to_numpy``, which costs nothing
+    there. ``array`` has at least one dim.
+    """
+    xp = backend.xp
+    if not array.size:  # nothing to count: no read
+        return tuple(xp.zeros(0, dtype=np.int64) for _ in array.shape)
+    if backend.reads_are_free:
+        return tuple(w.astype(np.int64, copy=False)
+                     for w in np.nonzero(backend.to_numpy(array)))
+    with backend.on_device():
+        flat = (array != 0).reshape(-1)  # (n,)
+        running = xp.cumsum(flat, dtype=np.int64)  # (n,): non-zeros up to and with each
+        count = int(backend.to_numpy(running[-1]))  # the one read
+        # each non-zero's place in the result; the zeros all go to a spare slot at the end
+        slot = xp.where(flat, running - 1, count)
+        found = xp.empty(count + 1, dtype=np.int64)
+        found[slot] = xp.arange(flat.size, dtype=np.int64)
+        return tuple(xp.unravel_index(found[:count], array.shape))

@@ -14,8 +14,9 @@ import numpy as np
 
 from ..autograd import Function
 from ..backend import dtypes
+from ..backend.transfers import check_extremes
 from ..tensor import Tensor, _wrap_dim
-from ._util import index_along, require_tensor
+from ._util import index_along, nonzero_positions, require_tensor
 from .views import Slice
 
 
@@ -25,9 +26,11 @@ def _is_basic_key(key: tuple) -> bool:
 
 
 def index_key(key: Any, tensor: Tensor) -> Any:
-    """An indexing key with Tensors and lists replaced by arrays on ``tensor``'s device."""
+    """An indexing key with Tensors and lists replaced by arrays on ``tensor``'s device,
+    and its index arrays checked against ``tensor`` (``_check_index_arrays``): what
+    ``t[key]`` and ``t[key] = v`` index with."""
     parts = key if isinstance(key, tuple) else (key,)
-    out = []
+    out, on_host = [], set()  # on_host: ids of the index arrays given as lists or NumPy
     for k in parts:
         if isinstance(k, Tensor):
             if k._backend is not tensor._backend:
@@ -39,9 +42,10 @@ def index_key(key: Any, tensor: Tensor) -> Any:
             # a 0-d integer tensor indexes like the int it holds (a view, as in PyTorch)
             k = int(k.item()) if k.ndim == 0 and k.dtype.kind in "iu" else k.data
         elif isinstance(k, (list, np.ndarray)):
-            k = tensor._backend.asarray(k)
+            k = np.asarray(k)  # kept on the host until checked there (_check_index_arrays)
             if k.dtype.kind not in "iub":
                 raise IndexError(f"indexing: index arrays must be integer or bool, got {k.dtype}")
+            on_host.add(id(k))
         elif isinstance(k, float):
             raise IndexError(f"indexing: float index {k}; indices must be ints, slices, "
                              "None, ... or integer/bool tensors")
@@ -53,7 +57,79 @@ def index_key(key: Any, tensor: Tensor) -> Any:
                 raise ValueError(f"indexing: step must be greater than zero, got {step} "
                                  "(use flip for a reversed copy)")
         out.append(k)
+    if builtins.any(_is_index_array(k) for k in out):
+        out = _check_index_arrays(out, tensor, on_host)
     return tuple(out)
+
+
+def _is_index_array(k: Any) -> bool:
+    return hasattr(k, "dtype") and not isinstance(k, (bool, np.generic))
+
+
+def _check_index_arrays(key: list, tensor: Tensor, on_host: set) -> list:
+    """``key`` with its index arrays checked against the dims of ``tensor`` they index,
+    and placed on its device.
+
+    An integer array must lie in [-size, size) of its dim, as NumPy demands: CuPy takes
+    indices modulo the size instead, so on a GPU a bad index would read or write the
+    wrong element without a word. The check is the backend's (``check_in_range``): at
+    once on the CPU, on the device and read at the next host read on a GPU (no wait per
+    op); an array given on the host (a list; ids in ``on_host``) is checked there at once
+    and then sent to the device. A bool mask must have the shape of the dims it spans,
+    and becomes the integer arrays of its true positions (NumPy's meaning of it): their
+    count decides the result's shape, one counted host read (``nonzero_positions``)
+    where CuPy would make it uncounted.
+    """
+    backend, shape = tensor._backend, tuple(tensor.shape)
+    # the dims of ``tensor`` each part of the key consumes (None, ... and a bool scalar:
+    # none; a bool mask: as many as it has)
+    spans = [0 if k is None or k is Ellipsis or isinstance(k, (bool, np.bool_)) else
+             k.ndim if _is_index_array(k) and k.dtype == bool else 1 for k in key]
+    rest = len(shape) - sum(spans)  # the dims an Ellipsis stands for
+    out, axis = [], 0
+    for k, span in zip(key, spans):
+        if k is Ellipsis:
+            axis += max(rest, 0)
+        # (past the last dim: too many indices, which NumPy's and CuPy's own error says)
+        elif _is_index_array(k) and axis + span <= len(shape):
+            host = id(k) in on_host
+            if k.dtype != bool:
+                _check_in_bounds(backend, k, host, shape, axis)
+            elif k.ndim:  # (a 0-d bool adds a dim of size 1 or 0, sized by CuPy unread)
+                _check_mask_shape(k, shape, axis)
+                if host:
+                    out.extend(backend.asarray(w) for w in np.nonzero(k))
+                else:
+                    out.extend(nonzero_positions(backend, k))
+                axis += span
+                continue
+        out.append(backend.asarray(k) if id(k) in on_host else k)
+        axis += span
+    return out
+
+
+def _check_in_bounds(backend: Any, index: Any, on_host: bool, shape: tuple,
+                     axis: int) -> None:
+    """IndexError, in NumPy's words, for an integer of ``index`` outside [-size, size) of
+    dim ``axis``: at once for a host array, else by ``backend.check_in_range``."""
+    size = shape[axis]
+    before = f"indexing a tensor of shape {shape}: index"
+    after = f"is out of bounds for axis {axis} with size {size}"
+    if not on_host:
+        backend.check_in_range(index, size, before, after, start=-size, error=IndexError)
+    elif index.size:
+        check_extremes(int(index.min()), int(index.max()), size, before, after,
+                       start=-size, error=IndexError)
+
+
+def _check_mask_shape(mask: Any, shape: tuple, axis: int) -> None:
+    """IndexError, in NumPy's words, unless ``mask`` has the sizes of the dims it spans."""
+    for d, n in enumerate(mask.shape):
+        if n != shape[axis + d]:
+            raise IndexError(f"indexing a tensor of shape {shape}: boolean index did not "
+                             f"match indexed array along axis {axis + d}; size of axis is "
+                             f"{shape[axis + d]} but size of corresponding boolean axis "
+                             f"is {n}")
 
 
 def split_advanced_key(key: tuple) -> Optional[tuple]:

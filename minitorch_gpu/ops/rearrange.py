@@ -17,7 +17,7 @@ import numpy as np
 from ..autograd import Function
 from ..backend import dtypes
 from ..tensor import Tensor, _wrap_dim
-from ._util import check_broadcast, require_tensor
+from ._util import check_broadcast, nonzero_positions, require_tensor
 from .indexing import getitem
 from .views import expand, reshape
 
@@ -69,12 +69,12 @@ def repeat(a: Tensor, *sizes: Any) -> Tensor:
     return Repeat.apply(a, reps)
 
 
-def _sources(counts: Any, xp: Any) -> Any:
-    """The input position of each output of a repeat_interleave by ``counts``: output j
-    comes from the element whose run of copies covers j (CuPy's ``repeat`` takes no
-    array of counts, a search over the runs' ends works on both backends)."""
+def _sources(counts: Any, total: int, xp: Any) -> Any:
+    """The input position of each output of a repeat_interleave by ``counts`` (``total``
+    outputs): output j comes from the element whose run of copies covers j (CuPy's
+    ``repeat`` takes no array of counts, a search over the runs' ends works on both
+    backends)."""
     ends = xp.cumsum(counts)
-    total = int(ends[-1]) if counts.size else 0
     return xp.searchsorted(ends, xp.arange(total), side="right").astype(np.int64)
 
 
@@ -112,7 +112,8 @@ def repeat_interleave(a: Tensor, repeats: Any = None, dim: Optional[int] = None,
     """
     require_tensor(a, "repeat_interleave")
     if repeats is None:  # torch.repeat_interleave(repeats)
-        positions = a._backend.xp.arange(a.numel(), dtype=dtypes.int64)
+        with a._backend.on_device():
+            positions = a._backend.xp.arange(a.numel(), dtype=dtypes.int64)
         return repeat_interleave(Tensor._make(positions, a._backend, False), a, 0,
                                  output_size=output_size)
     if dim is None:
@@ -120,32 +121,59 @@ def repeat_interleave(a: Tensor, repeats: Any = None, dim: Optional[int] = None,
     dim = _wrap_dim(dim, a.ndim, "repeat_interleave")
     if a.ndim == 0:
         a = reshape(a, (1,))
-    xp = a._backend.xp
+    backend = a._backend
     n = a.shape[dim]
-    if isinstance(repeats, Tensor):
-        if not dtypes.is_integer(repeats.dtype):
-            raise TypeError(f"repeat_interleave: repeats must be an integer tensor, got "
-                            f"{repeats.dtype}")
-        if repeats.ndim > 1:
-            raise ValueError(f"repeat_interleave: repeats must be 0-d or 1-d, got shape "
-                             f"{tuple(repeats.shape)}")
-        counts = repeats.data.reshape(-1).astype(np.int64)
-        if counts.size == 1:
-            counts = xp.full((n,), counts[0], dtype=np.int64)
-        elif counts.size != n:
-            raise ValueError(f"repeat_interleave: repeats must have the same size as input "
-                             f"along dim {dim}: got {counts.size} repeats for size {n}")
-        if counts.size and bool((counts < 0).any()):
-            raise ValueError("repeat_interleave: repeats can not be negative")
+    with backend.on_device():
+        if isinstance(repeats, Tensor):
+            counts, total = _counts_of(repeats, n, dim, output_size, backend)
+        else:
+            (count,) = _ints(repeats, "repeat_interleave", "repeats")
+            if count < 0:
+                raise ValueError(f"repeat_interleave: repeats can not be negative, got "
+                                 f"{count}")
+            counts, total = backend.xp.full((n,), count, dtype=np.int64), n * count
+            if output_size is not None and total != output_size:
+                raise ValueError(f"repeat_interleave: output_size {output_size} is not the "
+                                 f"sum of repeats, {total}")
+        sources = _sources(counts, total, backend.xp)
+    return RepeatInterleave.apply(a, sources, dim)
+
+
+def _counts_of(repeats: Tensor, n: int, dim: int, output_size: Optional[int],
+               backend: Any) -> tuple:
+    """(counts, total): ``repeats`` as one int64 count per element along ``dim`` (of size
+    ``n``) and their sum, the output's size. The sum decides the output's shape, so
+    without ``output_size`` it is read (one counted host read, with the smallest count,
+    checked here); with it, nothing is read: the counts and their sum are checked by
+    ``check_in_range`` (at once on the CPU, at the next host read on a GPU)."""
+    xp = backend.xp
+    if not dtypes.is_integer(repeats.dtype):
+        raise TypeError(f"repeat_interleave: repeats must be an integer tensor, got "
+                        f"{repeats.dtype}")
+    if repeats.ndim > 1:
+        raise ValueError(f"repeat_interleave: repeats must be 0-d or 1-d, got shape "
+                         f"{tuple(repeats.shape)}")
+    counts = repeats.data.reshape(-1).astype(np.int64)
+    if counts.size == 1:
+        counts = xp.full((n,), counts[0], dtype=np.int64)
+    elif counts.size != n:
+        raise ValueError(f"repeat_interleave: repeats must have the same size as input "
+                         f"along dim {dim}: got {counts.size} repeats for size {n}")
+    if not counts.size:
+        total = 0
+    elif output_size is None:
+        low, total = backend.to_numpy(xp.stack([counts.min(), counts.sum()])).tolist()
+        if low < 0:
+            raise ValueError(f"repeat_interleave: repeats can not be negative, got {low}")
     else:
-        (count,) = _ints(repeats, "repeat_interleave", "repeats")
-        if count < 0:
-            raise ValueError(f"repeat_interleave: repeats can not be negative, got {count}")
-        counts = xp.full((n,), count, dtype=np.int64)
-    if output_size is not None and int(counts.sum()) != output_size:
-        raise ValueError(f"repeat_interleave: output_size {output_size} is not the sum of "
-                         f"repeats, {int(counts.sum())}")
-    return RepeatInterleave.apply(a, _sources(counts, xp), dim)
+        backend.check_in_range(counts, np.iinfo(np.int64).max, "repeat_interleave: repeat",
+                               "is negative: repeats can not be negative")
+        total = output_size
+    if output_size is not None:
+        backend.check_in_range(counts.sum(), output_size + 1, "repeat_interleave: the "
+                               "repeats sum to", f"where output_size is {output_size}",
+                               start=output_size)
+    return counts, total
 
 
 # --- flip, roll, unflatten ----------------------------------------------------------------
@@ -335,19 +363,24 @@ def one_hot(a: Tensor, num_classes: int = -1) -> Tensor:
     if not dtypes.is_integer(a.dtype):
         raise TypeError(f"one_hot: expected an integer (int64) tensor of class ids, got "
                         f"{a.dtype}")
-    xp = a._backend.xp
-    ids = a.data.astype(np.int64)
-    if ids.size and bool((ids < 0).any()):
-        raise ValueError("one_hot: class values must be non-negative")
-    if num_classes == -1:
-        if not ids.size:
-            raise ValueError("one_hot: can not infer the number of classes of an empty tensor")
-        num_classes = int(ids.max()) + 1
-    elif ids.size and int(ids.max()) >= num_classes:
-        raise ValueError(f"one_hot: class values must be smaller than num_classes "
-                         f"({num_classes}), got {int(ids.max())}")
-    out = (ids[..., None] == xp.arange(num_classes)).astype(np.int64)
-    return Tensor._make(xp.asarray(out, order="C"), a._backend, False)
+    backend = a._backend
+    xp = backend.xp
+    with backend.on_device():
+        ids = a.data.astype(np.int64)
+        if num_classes == -1:  # the output's shape depends on the ids: one counted read
+            if not ids.size:
+                raise ValueError("one_hot: can not infer the number of classes of an empty "
+                                 "tensor")
+            low, high = backend.to_numpy(xp.stack([ids.min(), ids.max()])).tolist()
+            if low < 0:
+                raise ValueError(f"one_hot: class values must be non-negative, got {low}")
+            num_classes = high + 1
+        else:  # at once on the CPU, at the next host read on a GPU: no wait here
+            backend.check_in_range(ids, num_classes, "one_hot: class value",
+                                   f"is out of range: class values must be non-negative "
+                                   f"and smaller than num_classes ({num_classes})")
+        out = (ids[..., None] == xp.arange(num_classes)).astype(np.int64)
+        return Tensor._make(xp.asarray(out, order="C"), backend, False)
 
 
 def nonzero(a: Tensor, *, as_tuple: bool = False) -> Any:
@@ -356,12 +389,14 @@ def nonzero(a: Tensor, *, as_tuple: bool = False) -> Any:
     require_tensor(a, "nonzero")
     xp, backend = a._backend.xp, a._backend
     data = a.data if a.ndim else a.data.reshape(1)
-    where = [xp.asarray(w, dtype=np.int64) for w in xp.nonzero(data)]
-    if as_tuple:
-        return tuple(Tensor._make(w, backend, False) for w in where)
-    if not a.ndim:
-        return Tensor._make(xp.zeros((int(where[0].size), 0), dtype=np.int64), backend, False)
-    return Tensor._make(xp.asarray(xp.stack(where, axis=1), order="C"), backend, False)
+    with backend.on_device():
+        where = nonzero_positions(backend, data)  # one counted read: how many there are
+        if as_tuple:
+            return tuple(Tensor._make(w, backend, False) for w in where)
+        if not a.ndim:
+            return Tensor._make(xp.zeros((int(where[0].size), 0), dtype=np.int64), backend,
+                                False)
+        return Tensor._make(xp.asarray(xp.stack(where, axis=1), order="C"), backend, False)
 
 
 def masked_select(a: Tensor, mask: Tensor) -> Tensor:

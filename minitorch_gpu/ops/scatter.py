@@ -36,13 +36,11 @@ def _scatter_checks(a: Tensor, dim: int, index: Tensor, src: Any, op: str) -> in
                              f"src {tuple(src.shape)}")
     if isinstance(src, Tensor) and src.ndim != a.ndim:
         raise ValueError(f"{op}(): src has {src.ndim} dims, self {a.ndim}")
-    if index.numel():
-        bound = a.shape[dim] if a.ndim else 1
-        bad = (index.data < 0) | (index.data >= bound)
-        if bool(bad.any()):
-            value = int(index.data[bad].reshape(-1)[0])
-            raise IndexError(f"{op}(): index {value} is out of bounds for dimension {dim} "
-                             f"with size {bound}")
+    bound = a.shape[dim] if a.ndim else 1
+    # at once on the CPU; on a GPU kept on the device and read at the next host read (no
+    # wait here), where CuPy's writes would otherwise wrap a bad index round silently
+    a._backend.check_in_range(index.data, bound, f"{op}(): index", f"is out of bounds for "
+                              f"dimension {dim} with size {bound}", error=IndexError)
     return dim
 
 
@@ -143,26 +141,49 @@ def _add_at(backend: Any, target: Any, flat: Any, values: Any) -> None:
         backend.scatter_add(target, flat, values)
 
 
+def _identity(combine: Any, dtype: Any) -> Any:
+    """The value ``combine`` (multiply, maximum or minimum) leaves any other unchanged by,
+    in ``dtype``."""
+    if combine.__name__ == "multiply":
+        return True if dtype == np.bool_ else 1
+    low = combine.__name__ == "maximum"
+    if dtype == np.bool_:
+        return not low
+    if dtypes.is_integer(dtype):
+        info = np.iinfo(dtype)
+        return info.min if low else info.max
+    return -np.inf if low else np.inf
+
+
 def _combine_in_rounds(backend: Any, combine: Any, flat: Any, values: Any, size: int,
                        dtype: Any) -> Any:
     """``combine`` (a ufunc) of the ``values`` sent to each of ``size`` positions
     (``flat``), as an array of ``size``; positions nothing is sent to hold junk, which the
-    caller masks. Round r combines each position's r-th contribution: distinct positions."""
+    caller masks. Round r combines each position's r-th contribution: distinct positions.
+
+    The number of rounds is one counted host read. Each round updates every contribution:
+    those of other rounds write to a spare slot past the end, combining it with
+    ``combine``'s identity (no boolean mask, whose size would be a read of its own)."""
     xp = backend.xp
-    out = xp.zeros(size, dtype=dtype)
+    out = xp.zeros(size + 1, dtype=dtype)  # (size + 1,): [size] is the spare slot
     if not flat.size:
-        return out
+        return out[:size]
+    n = flat.size
     order = backend.stable_argsort(flat, 0)
     where, ordered = flat[order], values[order]
     first = xp.concatenate([xp.ones(1, dtype=bool), where[1:] != where[:-1]])
-    starts = xp.nonzero(first)[0]
-    rank = xp.arange(where.size) - starts[xp.cumsum(first) - 1]  # place within its run
-    lead = rank == 0
-    out[where[lead]] = ordered[lead]
-    for r in range(1, int(rank.max()) + 1):
+    run = xp.cumsum(first) - 1  # the run (one per position) of each contribution
+    starts = xp.zeros(n + 1, dtype=np.int64)  # (n + 1,): each run's first contribution
+    starts[xp.where(first, run, n)] = xp.arange(n)
+    rank = xp.arange(n) - starts[run]  # place within its run
+    rounds = int(backend.to_numpy(rank.max())) + 1
+    out[xp.where(rank == 0, where, size)] = ordered
+    identity = _identity(combine, dtype)
+    for r in range(1, rounds):
         pick = rank == r
-        out[where[pick]] = combine(out[where[pick]], ordered[pick])
-    return out
+        at = xp.where(pick, where, size)
+        out[at] = combine(out[at], xp.where(pick, ordered, identity).astype(dtype, copy=False))
+    return out[:size]
 
 
 class ScatterReduce(Function):

@@ -46,6 +46,14 @@ def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float
         return zeros((), dtype=dtypes.float32)
 
     backend = grads[0].backend
+    with backend.on_device():  # CuPy launches on the current GPU: make it the gradients'
+        return _clip(grads, backend, max_norm, norm_type, error_if_nonfinite)
+
+
+def _clip(grads: List[Tensor], backend: Any, max_norm: float, norm_type: float,
+          error_if_nonfinite: bool) -> Tensor:
+    """clip_grad_norm_ of the gradients ``grads``, with ``backend`` (the first one's) the
+    current device."""
     xp = backend.xp
     total = _total_norm(grads, norm_type)  # 0-d, on the first gradient's device
     if error_if_nonfinite:
@@ -63,7 +71,8 @@ def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float
             key = (g.device, g.data.dtype)
             if key not in factors:
                 factors[key] = g.backend.asarray(scale, dtype=g.data.dtype)
-            g.data *= factors[key]
+            with g.backend.on_device():  # a gradient on another GPU is scaled there
+                g.data *= factors[key]
     return Tensor._make(total.astype(dtypes.float32), backend, False)
 
 
@@ -77,26 +86,9 @@ def _total_norm(grads: List[Tensor], norm_type: float) -> Any:
         g = grad.data
         if g.size == 0:
             continue
-        gxp = grad.backend.xp
-        if g.dtype not in _WIDE:
-            g = g.astype(dtypes.float32)  # bf16/fp16: sum squares without overflow
-        if norm_type == math.inf:
-            # max |g| as max(max g, -min g): no array of absolute values is made
-            part = gxp.maximum(g.max(), -g.min())
-        elif norm_type == 2.0:
-            flat = g.ravel()  # a view when the grad is contiguous
-            part = gxp.vdot(flat, flat)  # the sum of squares without a squared copy
-        elif norm_type == 1.0:
-            part = gxp.abs(g).sum()
-        else:
-            part = (gxp.abs(g) ** norm_type).sum()
-        previous = parts.get(grad.device)
-        if previous is None:
-            parts[grad.device] = part
-        elif norm_type == math.inf:
-            parts[grad.device] = gxp.maximum(previous, part)  # nan propagates
-        else:
-            parts[grad.device] = previous + part
+        with grad.backend.on_device():  # each part is summed where its gradient lives
+            part = _norm_part(grad.backend.xp, g, norm_type, parts.get(grad.device))
+        parts[grad.device] = part
     if not parts:
         return xp.zeros((), dtype=dtypes.float32)
     # every device's part on the first one (a copy between devices: a host read only
@@ -109,3 +101,25 @@ def _total_norm(grads: List[Tensor], norm_type: float) -> Any:
     if norm_type == math.inf:
         return xp.asarray(total)
     return xp.asarray(total ** (1.0 / norm_type))
+
+
+def _norm_part(xp: Any, g: Any, norm_type: float, previous: Any) -> Any:
+    """The sum of ``|g| ** norm_type`` (the max of ``|g|`` for inf) combined with
+    ``previous``, the part of the gradients before it on its device (or None)."""
+    if g.dtype not in _WIDE:
+        g = g.astype(dtypes.float32)  # bf16/fp16: sum squares without overflow
+    if norm_type == math.inf:
+        # max |g| as max(max g, -min g): no array of absolute values is made
+        part = xp.maximum(g.max(), -g.min())
+    elif norm_type == 2.0:
+        flat = g.ravel()  # a view when the grad is contiguous
+        part = xp.vdot(flat, flat)  # the sum of squares without a squared copy
+    elif norm_type == 1.0:
+        part = xp.abs(g).sum()
+    else:
+        part = (xp.abs(g) ** norm_type).sum()
+    if previous is None:
+        return part
+    if norm_type == math.inf:
+        return xp.maximum(previous, part)  # nan propagates
+    return previous + part
