@@ -65,8 +65,12 @@ class TensorInplace:
         return self.fill_(0)
 
     def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":
+        """Clip to [min, max] in place; one bound may be None (the clamp op's ``clip_array``:
+        no None ever reaches CuPy's clip, which refuses it for bf16)."""
         _inplace_operand(self, 0, "clamp_")
-        self._backend.xp.clip(self.data, min, max, out=self.data)
+        if min is None and max is None:
+            raise ValueError("clamp_: at least one of min and max must be given")
+        _ops.arithmetic.clip_array(self._backend.xp, self.data, min, max, out=self.data)
         return self._bump()
 
     def normal_(self, mean: float = 0.0, std: float = 1.0) -> "Tensor":

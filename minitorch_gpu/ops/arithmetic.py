@@ -172,6 +172,22 @@ def abs(a: Tensor) -> Tensor:  # noqa: A001 - mirrors torch.abs
     return Abs.apply(require_tensor(a, "abs"))
 
 
+def clip_array(xp: Any, a: Any, low: Any, high: Any, out: Any = None) -> Any:
+    """``a`` (a raw array) clipped to [low, high], where a bound of None means no bound
+    (the callers check that one is given); clamp and clamp_ share it.
+
+    A one-sided bound is ``xp.maximum``/``xp.minimum``, never ``xp.clip`` with a None:
+    CuPy 14's clip fills in a missing bound only for float and integer dtype kinds ('f',
+    'i', 'u'), so bf16 (ml_dtypes, kind 'V') reaches its ufunc with the None and raises
+    TypeError. maximum/minimum are what NumPy's clip computes: the same values and dtype,
+    NaN propagating (from ``a`` or the bound)."""
+    if low is None:
+        return xp.minimum(a, high, out=out)
+    if high is None:
+        return xp.maximum(a, low, out=out)
+    return xp.clip(a, low, high, out=out)
+
+
 class Clamp(Function):
     @staticmethod
     def forward(ctx, a, low, high):
@@ -183,7 +199,7 @@ class Clamp(Function):
         if high is not None:
             inside &= a <= high
         ctx.save_for_backward(inside)
-        return xp.clip(a, low, high).astype(a.dtype, copy=False)  # bf16 stays bf16
+        return clip_array(xp, a, low, high).astype(a.dtype, copy=False)  # bf16 stays bf16
 
     @staticmethod
     def backward(ctx, grad):
