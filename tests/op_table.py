@@ -247,6 +247,34 @@ for _name, _fn, _ref, _dist, _offset, _float32 in UNARY:
     case(f"{_name}-odd", _fn, _ref, Float((3, 5), _dist, _offset), float32=_float32)
     case(f"{_name}-3d", _fn, _ref, Float((2, 3, 4), _dist, _offset))
     case(f"{_name}-0d", _fn, _ref, Float((), _dist, _offset))
+
+
+def in_bf16(op: Callable) -> Callable:
+    """``op`` applied to its input rounded to bf16, every float output widened back to the
+    input's dtype (the harness compares float64): a row for a bf16 path, forward only
+    (gradcheck's steps of 1e-6 vanish in bf16's 8 bits)."""
+    def run(x: mt.Tensor) -> Any:
+        outs = op(x.to(mt.bfloat16))
+        widened = [t.to(x.dtype) if t.dtype == mt.bfloat16 else t
+                   for t in (outs if isinstance(outs, tuple) else (outs,))]
+        return tuple(widened) if isinstance(outs, tuple) else widened[0]
+    return run
+
+
+def bf16_values(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to bf16 as the row's input is, back in float64 for the reference."""
+    return x.astype(mt.bfloat16).astype(np.float64)
+
+
+# one-sided bounds on bf16: CuPy's clip fills in a None bound only for float/int kinds
+# (bf16 is kind 'V'), so these must never reach it with one; in place too
+BF16_BOUND = float(np.float64(-0.3).astype(mt.bfloat16))  # the bound as bf16 rounds it
+case("clamp-min-bf16", in_bf16(lambda x: x.clamp(min=-0.3)),
+     lambda x: np.maximum(bf16_values(x), BF16_BOUND),
+     Float((3, 5), "distinct", 0.05, grad=False))
+case("clamp-max-bf16-inplace", in_bf16(lambda x: x.clamp_(max=-0.3)),
+     lambda x: np.minimum(bf16_values(x), BF16_BOUND),
+     Float((3, 5), "distinct", 0.05, grad=False))
 case("tril", lambda x: x.tril(), np.tril, Float((4, 5)))
 case("tril-batched-above", lambda x: mt.tril(x, 1), lambda x: np.tril(x, 1), Float((2, 4, 5)))
 case("triu-below", lambda x: mt.triu(x, diagonal=-1), lambda x: np.triu(x, -1), Float((5, 4)))
@@ -446,6 +474,15 @@ case("topk-k-is-size", lambda x: x.topk(5, dim=1, largest=False),
 # sorted=False leaves the order open: sort what it chose, to compare and gradcheck it
 case("topk-unsorted", lambda x: x.topk(3, sorted=False).values.sort(-1).values,
      lambda x: np.sort(topk_ref(x, 3, -1, True)[0], axis=-1), Float((4, 6), "distinct"))
+# bf16 has no Thrust sort on CuPy, and topk's partition must see none: the distinct grid
+# stays distinct in bf16 (steps of 0.1; bf16 moves |x| <= 1.2 by at most 0.005)
+case("sort-bf16-descending", in_bf16(lambda x: x.sort(-1, descending=True)),
+     lambda x: sort_ref(bf16_values(x), -1, True), Float((4, 5), "distinct", grad=False))
+for _largest in (True, False):
+    case(f"topk-bf16-{'largest' if _largest else 'smallest'}",
+         in_bf16(lambda x, b=_largest: x.topk(3, dim=0, largest=b)),
+         lambda x, b=_largest: topk_ref(bf16_values(x), 3, 0, b),
+         Float((6, 4), "distinct", grad=False))
 for _dim in (0, 1, -1):
     case(f"cumsum-dim{_dim}", lambda x, d=_dim: x.cumsum(d), lambda x, d=_dim: np.cumsum(x, d),
          Float((2, 3, 4)), float32=_dim == -1)

@@ -5,16 +5,22 @@ backward against central differences; here: what a table row can't say. multinom
 draws are repeatable under a seed, never pick a weight of 0, follow the distribution
 (20000 draws, per-category tolerances of 5 standard errors under a fixed seed, so the
 test is deterministic and a correct sampler fails it with probability ~1e-6), are
-distinct without replacement; bad weights raise errors that name the op. Then the
-indices of sort (stable, with ties) and topk against NumPy's argsort, and top-k / top-p
-sampling composed end to end.
+distinct without replacement; bad weights raise errors that name the op; the weight
+checks are one counted host read. Then the indices of sort (stable, with ties) and topk
+against NumPy's argsort; NaN, ties and bf16 ordered as NumPy orders them, with the
+device's sorts refusing bf16 as CuPy's do and topk's partition index kept small (CuPy
+sorts whole rows past it); and top-k / top-p sampling composed end to end.
 """
 from __future__ import annotations
+
+import contextlib
+import types
 
 import numpy as np
 import pytest
 
 import minitorch_gpu as mt
+from minitorch_gpu.backend import cupy_backend, get_backend
 
 DRAWS = 20000
 WEIGHTS = np.array([1.0, 0.0, 2.0, 3.0, 0.0, 4.0])  # unnormalised; categories 1 and 4 never
@@ -150,6 +156,32 @@ def test_multinomial_rejects_integer_weights(device: str) -> None:
         mt.multinomial([0.5, 0.5], 1)
 
 
+@pytest.mark.parametrize("replacement, num_samples", [(True, 50), (False, 3), (False, 1)])
+def test_multinomial_checks_its_weights_in_one_counted_host_read(device: str,
+                                                                 replacement: bool,
+                                                                 num_samples: int) -> None:
+    """The checks wait for the device once, through ``to_numpy``, so ``host_reads`` sees
+    it (a ``bool()`` of a device array waits as long, uncounted); no other read."""
+    probs = mt.tensor(np.tile(WEIGHTS, (3, 1)), device=device)
+    backend = get_backend(device)
+    with backend.count_host_reads() as reads:
+        samples = mt.multinomial(probs, num_samples, replacement)
+    assert reads.count == 1 and samples.shape == (3, num_samples)
+
+
+@pytest.mark.parametrize("weights, num_samples, replacement", [
+    ([[1.0, 2.0], [np.nan, 1.0]], 1, True),
+    ([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], 2, False),
+])
+def test_multinomial_errors_read_through_the_counter(device: str, weights, num_samples,
+                                                     replacement) -> None:
+    backend = get_backend(device)
+    probs = mt.tensor(weights, device=device)
+    with backend.count_host_reads() as reads, pytest.raises(ValueError, match="row 1"):
+        mt.multinomial(probs, num_samples, replacement)
+    assert reads.count == 2  # the flags, then what names the row
+
+
 # --- sort and topk: the indices -----------------------------------------------------------
 def test_sort_is_stable_with_ties(device: str) -> None:
     x = np.array([[1.0, 3.0, 1.0, 3.0, 2.0], [0.0, 0.0, 0.0, -1.0, -1.0]])
@@ -210,6 +242,131 @@ def test_topk_k_zero_and_errors(device: str) -> None:
         x.topk(1.5)
     with pytest.raises(IndexError, match="sort: dim -3 is out of range"):
         x.sort(-3)
+
+
+# --- sort and topk on bf16, NaN, and CuPy's sorts ----------------------------------------
+# NaN (either sign), ties, infinities and both zeros: NumPy's order is the reference (NaN
+# the largest, every NaN equal, -0 equal to 0, ties in their order)
+AWKWARD = [0.5, np.nan, -np.inf, -0.0, 0.5, 2.0, np.inf, 0.0, -np.nan, -1.5, 0.5, -3.0]
+
+
+def stable_order(x: np.ndarray, descending: bool) -> np.ndarray:
+    """np's stable order of ``x`` along the last dim, descending by reversing, as the
+    ops' stable descending sort keeps equal elements in their order."""
+    if not descending:
+        return np.argsort(x, axis=-1, kind="stable")
+    n = x.shape[-1]
+    return (n - 1) - np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+
+
+@pytest.mark.parametrize("dtype", [mt.bfloat16, mt.float32, mt.float64])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort_order_nan_ties_and_bf16_as_numpy(device: str, dtype,
+                                                          descending: bool) -> None:
+    x = mt.tensor([AWKWARD, AWKWARD[::-1]], dtype=dtype, device=device)
+    wide = host(x).astype(np.float64)
+    order = stable_order(wide, descending)
+    out = x.sort(-1, descending=descending)
+    assert out.values.dtype == dtype
+    np.testing.assert_array_equal(host(out.indices), order)
+    np.testing.assert_array_equal(host(out.values).astype(np.float64),
+                                  np.take_along_axis(wide, order, axis=-1))
+    np.testing.assert_array_equal(host(x.argsort(descending=descending)), order)
+
+
+@pytest.mark.parametrize("dtype", [mt.bfloat16, mt.float32, mt.float64])
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("k", [1, 4, 12])
+def test_topk_picks_nan_ties_and_bf16_as_numpy(device: str, dtype, largest: bool,
+                                               k: int) -> None:
+    """The k values are NumPy's k first in order; which of equal values at the k-th place
+    is chosen is open (as in PyTorch), so the indices are checked to point at them."""
+    x = mt.tensor([AWKWARD, AWKWARD[::-1]], dtype=dtype, device=device)
+    wide = host(x).astype(np.float64)
+    out = x.topk(k, largest=largest)
+    expected = np.take_along_axis(wide, stable_order(wide, largest), axis=-1)[:, :k]
+    assert out.values.dtype == dtype and out.indices.shape == (2, k)
+    np.testing.assert_array_equal(host(out.values).astype(np.float64), expected)
+    np.testing.assert_array_equal(np.take_along_axis(wide, host(out.indices), axis=-1),
+                                  expected)
+    assert all(len(set(row)) == k for row in host(out.indices).tolist())
+
+
+@pytest.fixture
+def cupy_like_sorts(device, monkeypatch):
+    """The device's argsort and argpartition refusing bf16 as CuPy's do (Thrust has no
+    bf16 type id: NotImplementedError), and argpartition recording each call's dtype and
+    kth. CuPy's argpartition sorts the whole row once max(32, 1 << kth.bit_length())
+    reaches 1024 (_ndarray_argpartition in cupy/_core/_routines_sorting.pyx), and its
+    selection kernel compares with ``<``, which leaves a NaN where it lies."""
+    xp = get_backend(device).xp
+    real_argsort, real_argpartition = xp.argsort, xp.argpartition
+    calls = []
+
+    def refuse_bf16(a):
+        if a.dtype == mt.bfloat16:
+            raise NotImplementedError("Sorting arrays with dtype 'bfloat16' is not supported")
+
+    def argsort(a, axis=-1, **kwargs):
+        refuse_bf16(a)
+        return real_argsort(a, axis=axis, **kwargs)
+
+    def argpartition(a, kth, axis=-1):
+        refuse_bf16(a)
+        calls.append((a.dtype, kth))
+        return real_argpartition(a, kth, axis=axis)
+
+    monkeypatch.setattr(xp, "argsort", argsort)
+    monkeypatch.setattr(xp, "argpartition", argpartition)
+    return calls
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_of_a_vocabulary_partitions_by_a_small_kth(device: str, cupy_like_sorts,
+                                                        largest: bool) -> None:
+    """top-50 of GPT-2's 50257 logits: kth = n - k for the largest made CuPy sort every
+    row; keys reversed in order keep kth at k - 1, and are integers (no NaN, no bf16)."""
+    logits = np.random.default_rng(7).standard_normal((2, 50257))
+    logits[0, 123] = np.nan  # the largest, as NumPy orders it
+    out = mt.tensor(logits, device=device).topk(50, largest=largest)
+    assert cupy_like_sorts and all(kth == 49 and max(32, 1 << kth.bit_length()) < 1024
+                                   and dtype.kind in "iu" for dtype, kth in cupy_like_sorts)
+    order = stable_order(logits, largest)[:, :50]
+    np.testing.assert_array_equal(host(out.indices), order)
+    np.testing.assert_array_equal(host(out.values), np.take_along_axis(logits, order, -1))
+
+
+@pytest.mark.parametrize("k", [3, 12])  # 12: the whole row, sorted without a partition
+def test_topk_of_bf16_never_sorts_bf16(device: str, cupy_like_sorts, k: int) -> None:
+    x = mt.tensor([AWKWARD], dtype=mt.bfloat16, device=device)
+    wide = host(x).astype(np.float64)
+    for largest in (True, False):
+        out = x.topk(k, largest=largest)
+        expected = np.take_along_axis(wide, stable_order(wide, largest), axis=-1)[:, :k]
+        np.testing.assert_array_equal(host(out.values).astype(np.float64), expected)
+
+
+def test_cuda_stable_argsort_sorts_bf16_as_float32(monkeypatch) -> None:
+    """CupyBackend.stable_argsort against a CuPy whose argsort refuses bf16 as Thrust
+    does: it must hand over float32 (exact for bf16, same order, NaN still last)."""
+    seen = []
+
+    def thrust_argsort(a, axis=-1):
+        seen.append(a.dtype)
+        if a.dtype == mt.bfloat16:
+            raise NotImplementedError("Sorting arrays with dtype 'bfloat16' is not supported")
+        return np.argsort(a, axis=axis, kind="stable")  # Thrust's is stable, NaN last
+
+    monkeypatch.setattr(cupy_backend, "cupy", types.SimpleNamespace(argsort=thrust_argsort))
+    gpu = types.SimpleNamespace(_cuda_device=contextlib.nullcontext())
+    x = np.array([AWKWARD, AWKWARD[::-1]], dtype=mt.bfloat16)
+    order = cupy_backend.CupyBackend.stable_argsort(gpu, x, 1)
+    assert seen == [np.float32]
+    np.testing.assert_array_equal(order, stable_order(x.astype(np.float64), False))
+    ints = np.array([3, 1, 2])
+    np.testing.assert_array_equal(cupy_backend.CupyBackend.stable_argsort(gpu, ints, 0),
+                                  [1, 2, 0])
+    assert seen[-1] == ints.dtype  # other dtypes go to CuPy as they are
 
 
 def test_zero_dim_inputs(device: str) -> None:

@@ -48,20 +48,64 @@ def _argsort(backend: Any, array: Any, axis: int, descending: bool) -> Any:
     return (array.shape[axis] - 1) - xp.flip(reversed_order, axis)
 
 
+def _order_keys(xp: Any, array: Any, largest: bool) -> Any:
+    """Integer keys whose ascending order is the order of ``array``'s values (descending
+    when ``largest``), ties where the values tie: NaN the largest and every NaN equal,
+    -0 equal to 0, as NumPy sorts floats. topk partitions and sorts these, not the values:
+
+    - ``largest`` needs no partition index near the end of the row: bitwise not reverses
+      an integer order (negation would overflow int64's min and means nothing for bool or
+      unsigned), so the k largest are the k smallest keys, and kth stays k - 1. CuPy's
+      argpartition sorts the whole row once its rounded kth reaches 1024: kth = n - k for
+      top-k of a 50k vocabulary did that at every generated token.
+    - no NaN reaches CuPy's partition kernel, which compares with ``<`` and so leaves NaN
+      where it lies (a wrong selection), and no bf16 reaches it or Thrust's argsort,
+      which have no bf16 type.
+
+    A float's bits as a signed integer of its width order as the float does once a
+    negative one's magnitude is negated. Integer operations only: CuPy's kernels flush
+    subnormals to zero (-ftz=true) in float arithmetic, which would tie them with 0; and
+    no ``where`` on the sign, which NumPy runs as a branch that a random sign mispredicts
+    (four times the time of all the rest).
+    """
+    dtype = array.dtype
+    if dtype == dtypes.bool_:
+        return xp.logical_not(array) if largest else array
+    if dtypes.is_integer(dtype):
+        return ~array if largest else array
+    signed = np.dtype(f"int{8 * dtype.itemsize}")  # float16/bf16 -> int16, float64 -> int64
+    top_bit = signed.type(8 * dtype.itemsize - 1)
+    inf = signed.type(np.array(np.inf, dtype).view(signed).item())  # inf's bits
+    bits = array.view(signed)  # same itemsize: any strides
+    # in place from here on: four arrays, not ten (NumPy's fresh ones fault their pages in)
+    keys = bits & signed.type(np.iinfo(signed).max)  # |x|'s bits; a NaN's are above inf's
+    nan = inf - keys  # negative only for a NaN (no overflow)
+    nan >>= top_bit  # -1 where NaN, else 0
+    negative = bits >> top_bit  # -1 where the sign bit is set, else 0
+    negative &= ~nan  # a NaN's sign ignored
+    xp.minimum(keys, signed.type(inf + 1), out=keys)  # every NaN one magnitude, above inf
+    keys ^= negative
+    keys -= negative  # -magnitude where negative (two's complement): -0 is 0
+    if largest:
+        xp.invert(keys, out=keys)
+    return keys
+
+
 def _extreme_positions(backend: Any, array: Any, k: int, axis: int, largest: bool,
                        in_order: bool) -> Any:
     """Positions along ``axis`` of the ``k`` largest (or smallest) elements, from the most
-    extreme on when ``in_order``. A partition (linear time) picks them; only the k are
-    sorted, which matters for top-k over a vocabulary of 50k at every generated token."""
+    extreme on when ``in_order``. A partition (linear time) picks the k smallest of
+    ``_order_keys``; only the k are sorted (stably: equal values stay in the order the
+    partition left them), which matters for top-k over a vocabulary of 50k at every
+    generated token."""
     xp = backend.xp
-    n = array.shape[axis]
-    if k == 0 or k == n:  # nothing to partition off
-        return _argsort(backend, array, axis, largest)[_along(axis, slice(0, k))]
-    kth, part = (n - k, slice(n - k, n)) if largest else (k - 1, slice(0, k))
-    positions = xp.argpartition(array, kth, axis=axis)[_along(axis, part)]
+    keys = _order_keys(xp, array, largest)
+    if k == 0 or k == array.shape[axis]:  # nothing to partition off
+        return backend.stable_argsort(keys, axis)[_along(axis, slice(0, k))]
+    positions = xp.argpartition(keys, k - 1, axis=axis)[_along(axis, slice(0, k))]
     if in_order:
-        chosen = xp.take_along_axis(array, positions, axis=axis)
-        order = _argsort(backend, chosen, axis, largest)
+        chosen = xp.take_along_axis(keys, positions, axis=axis)
+        order = backend.stable_argsort(chosen, axis)
         positions = xp.take_along_axis(positions, order, axis=axis)
     return positions
 
@@ -160,9 +204,7 @@ def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) 
     rows = probs.shape[0] if probs.ndim == 2 else 1
     # float64 holds every float dtype exactly, and keeps the cdf of 50k categories precise
     weights = probs.data.reshape(rows, categories).astype(np.float64)  # (B, C)
-    _check_weights(weights, xp)
-    if not replacement and num_samples > 1:
-        _check_enough_positive(weights, num_samples, xp)
+    _check_weights(backend, weights, 1 if replacement else num_samples)
     # scaled so that each row's largest weight is 1: a row's sum can't overflow
     weights = weights / weights.max(axis=1, keepdims=True)
     if replacement or num_samples == 1:  # one draw without replacement is one with it
@@ -173,35 +215,48 @@ def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) 
     return Tensor._make(samples if probs.ndim == 2 else samples[0], backend, False)
 
 
-def _check_weights(weights: Any, xp: Any) -> None:
-    """Every weight finite and >= 0, every row with a positive one; the common case costs
-    one device-to-host transfer of a bool."""
-    valid = (weights >= 0) & xp.isfinite(weights)  # nan >= 0 is False
-    if bool(valid.all() & (weights.max(axis=1) > 0).all()):
+def _check_weights(backend: Any, weights: Any, distinct: int) -> None:
+    """Every weight finite and >= 0, and ``distinct`` positive ones in every row (the
+    samples drawn without replacement; 1 with replacement).
+
+    The common case costs one host read of three bools, through ``backend.to_numpy`` so
+    that ``host_reads`` counts it: a ``bool()`` of a device array waits for the device
+    just the same, but uncounted. A failure reads the weights back to name the row. Not
+    a deferred check (``Backend.check_in_range``): those keep one integer per message,
+    and the draw would go on from weights that are no distribution."""
+    xp = backend.xp
+    positive = weights > 0  # (B, C)
+    flags = xp.stack([((weights >= 0) & xp.isfinite(weights)).all(),  # nan >= 0 is False
+                      positive.any(axis=1).all(),
+                      (positive.sum(axis=1) >= distinct).all()])
+    finite_and_signed, every_row_positive, enough = backend.to_numpy(flags).tolist()
+    if finite_and_signed and every_row_positive and enough:
         return
-    if not bool(xp.isfinite(weights).all()):
-        row = int(xp.argmax(~xp.isfinite(weights).all(axis=1)))
+    if not (finite_and_signed and every_row_positive):
+        _raise_bad_weight(backend.to_numpy(weights))
+    categories = weights.shape[1]
+    if distinct > categories:
+        raise ValueError(f"multinomial: cannot draw {distinct} samples without "
+                         f"replacement from {categories} categories")
+    counts = backend.to_numpy(positive.sum(axis=1))  # (B,)
+    row = int(np.argmax(counts < distinct))
+    raise ValueError(f"multinomial: cannot draw {distinct} samples without replacement "
+                     f"from row {row}, which has only {int(counts[row])} positive weights")
+
+
+def _raise_bad_weight(weights: np.ndarray) -> None:
+    """The error for the first thing wrong with host ``weights`` (B, C): inf or nan, a
+    negative weight, or a row with none positive."""
+    if not np.isfinite(weights).all():
+        row = int(np.argmax(~np.isfinite(weights).all(axis=1)))
         raise ValueError(f"multinomial: probs must be finite, got inf or nan in row {row}")
-    if bool((weights < 0).any()):
-        row = int(xp.argmax((weights < 0).any(axis=1)))
+    if (weights < 0).any():
+        row = int(np.argmax((weights < 0).any(axis=1)))
         raise ValueError(f"multinomial: probs must be non-negative, got "
                          f"{float(weights.min())} in row {row}")
-    row = int(xp.argmax(weights.max(axis=1) <= 0))
+    row = int(np.argmax(weights.max(axis=1) <= 0))
     raise ValueError(f"multinomial: row {row} of probs sums to 0; expected at least one "
                      "positive weight per row")
-
-
-def _check_enough_positive(weights: Any, num_samples: int, xp: Any) -> None:
-    categories = weights.shape[1]
-    if num_samples > categories:
-        raise ValueError(f"multinomial: cannot draw {num_samples} samples without "
-                         f"replacement from {categories} categories")
-    positive = (weights > 0).sum(axis=1)  # (B,)
-    if bool((positive < num_samples).any()):
-        row = int(xp.argmax(positive < num_samples))
-        raise ValueError(f"multinomial: cannot draw {num_samples} samples without "
-                         f"replacement from row {row}, which has only {int(positive[row])} "
-                         "positive weights")
 
 
 def _inverse_cdf(backend: Any, weights: Any, num_samples: int) -> Any:
