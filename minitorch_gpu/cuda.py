@@ -14,6 +14,15 @@ def is_available() -> bool:
     return _cupy.unavailable_reason() is None
 
 
+def is_emulated() -> bool:
+    """True under ``MINITORCH_EMULATE_CUDA=1``: ``cuda`` is the CuPy stand-in on the CPU, a
+    test device (kernels and results are checked; its speeds mean nothing)."""
+    return _cupy.EMULATED
+
+
+EMULATED_NOTE = _cupy.EMULATED_NOTE
+
+
 def unavailable_reason() -> Optional[str]:
     """Why CUDA can't be used here (None when it can)."""
     return _cupy.unavailable_reason()

@@ -31,6 +31,7 @@ import sys
 import traceback
 from typing import List, Optional
 
+from .. import cuda
 from . import bench, errors, export, generate, plot, profile, train
 from .bench import BENCH_CASES
 from .errors import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED
@@ -57,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the command ``argv`` names (default: sys.argv[1:]); its exit code."""
     args = build_parser().parse_args(argv)
+    if cuda.is_emulated():
+        print(f"minitorch-gpu {args.command}: {cuda.EMULATED_NOTE}", file=sys.stderr)
     try:
         return args.run(args)
     except BrokenPipeError:  # stdout's reader went away (`... | head`): stop, quietly

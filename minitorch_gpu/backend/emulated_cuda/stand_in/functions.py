@@ -106,6 +106,7 @@ FUNCTIONS = (
     "sum", "prod", "max", "min", "mean", "var", "std", "all", "any", "amax", "amin",
     "count_nonzero", "diag", "outer", "dot", "vstack", "hstack", "atleast_1d",
     "ravel", "repeat", "unique", "bincount", "linspace", "nan_to_num", "unravel_index",
+    "vdot",
 )
 for _name in FUNCTIONS:
     globals()[_name] = _on_device(getattr(np, _name), _name)
