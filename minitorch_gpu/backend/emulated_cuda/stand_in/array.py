@@ -22,6 +22,7 @@ import numpy as np
 from .. import memory
 from . import cuda
 from .indexing import wrapped_key
+from .signatures import check_call
 
 host_reads = [0]  # device-to-host copies made through the stand-in, ever
 
@@ -257,7 +258,12 @@ _ANY_DEVICE = frozenset({"reshape", "transpose", "swapaxes", "view", "squeeze", 
 
 
 def _forward(name: str) -> Any:
+    """NumPy's method ``name``, after binding the call against CuPy's signature of
+    ``cupy.ndarray.<name>`` (NumPy's take keywords CuPy's lack)."""
+    path = "cupy.ndarray." + name
+
     def method(self: ndarray, *args: Any, **kwargs: Any) -> Any:
+        check_call(path, (self,) + args, kwargs)
         return self._method(name, *args, **kwargs)
     method.__name__ = name
     return method

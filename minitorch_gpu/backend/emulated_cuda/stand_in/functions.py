@@ -20,6 +20,7 @@ from .array import host_reads, ndarray, unwrap, wrap
 from .indexing import wrap_indices
 
 from .ufunc_types import resolve as _resolve_types  # CuPy's loops (scripts/cupy_tables.py)
+from .signatures import check_call  # CuPy's signatures (scripts/cupy_tables.py)
 
 full_sorts = [0]  # argsorts of whole rows that argpartition fell back to (see argpartition)
 
@@ -86,8 +87,12 @@ for _name in UFUNCS:
 def _on_device(function: Any, name: str) -> Any:
     """``function`` (NumPy's) on device arrays: operands unwrapped (refusing host arrays
     and other devices' arrays), the result wrapped on the current device (a view of the
-    first array operand stays its view)."""
+    first array operand stays its view). The call is first bound against CuPy's own
+    signature of ``name``: a keyword NumPy takes and CuPy lacks is a TypeError here too."""
+    path = "cupy." + name
+
     def on_device(*args: Any, **kwargs: Any) -> Any:
+        check_call(path, args, kwargs)
         device = _current()
         like = next((a for a in args if isinstance(a, ndarray)), None)
         args = unwrap(list(args), device)
