@@ -24,6 +24,14 @@ def _device_params():
 DEVICES = _device_params()
 
 
+def gpu_only(test):
+    """A CUDA test too slow for the emulated GPU (``MINITORCH_EMULATE_CUDA=1`` runs every
+    CUDA thread as a fiber on the CPU): it runs on a real GPU only, and docs/DESIGN.md
+    names it ("What runs without a GPU")."""
+    return pytest.mark.skipif(mt.cuda.is_emulated(), reason=(
+        "GPU-only: too slow on the emulated GPU"))(test)
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     """Each device the suite runs on: "cpu" always, "cuda" where a GPU is present."""

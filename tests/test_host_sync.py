@@ -278,12 +278,49 @@ def _no_cuda_sync(backend):
     """On a GPU, CuPy's own detector too: a step that synchronises raises."""
     if backend.device.type != "cuda":
         return contextlib.nullcontext()
-    import cupyx
+    from minitorch_gpu.backend._cupy import cupyx  # CuPy's, or the emulated GPU's stand-in
     stack = contextlib.ExitStack()
     stack.enter_context(warnings.catch_warnings())
     warnings.simplefilter("ignore")  # allow_synchronize is deprecated, and still works
     stack.enter_context(cupyx.allow_synchronize(False))
     return stack
+
+
+@contextlib.contextmanager
+def _uncounted_copies(monkeypatch, device):
+    """The copies to the host the emulated GPU made outside the backend's counted reads
+    (``to_numpy``, ``raise_deferred_errors``), each named by its caller: a list that must
+    stay empty. Off the emulated GPU, nothing to watch (an empty list)."""
+    found = []
+    if device != "cuda" or not mt.cuda.is_emulated():
+        yield found
+        return
+    from minitorch_gpu.backend.base import Backend
+    from minitorch_gpu.backend.emulated_cuda.stand_in import array as device_arrays
+    inside = [0]
+
+    def counted(method):
+        def run(self, *args):
+            inside[0] += 1
+            try:
+                return method(self, *args)
+            finally:
+                inside[0] -= 1
+        return run
+
+    get = device_arrays.ndarray.get
+
+    def watched_get(self, *args, **kwargs):
+        if not inside[0]:
+            frame = traceback.extract_stack()[-2]
+            found.append(f"{frame.filename}:{frame.lineno} ({frame.name})")
+        return get(self, *args, **kwargs)
+
+    monkeypatch.setattr(Backend, "to_numpy", counted(Backend.to_numpy))
+    monkeypatch.setattr(Backend, "raise_deferred_errors",
+                        counted(Backend.raise_deferred_errors))
+    monkeypatch.setattr(device_arrays.ndarray, "get", watched_get)
+    yield found
 
 
 def _train(config, device):
@@ -299,8 +336,10 @@ def test_a_training_run_reads_the_device_only_at_log_points_evaluations_and_chec
         workdir, device, monkeypatch):
     if device == "cpu":  # the GPU's branches: checks deferred, clipping always multiplies
         _cpu_backend(monkeypatch, False)
-    trainer, result = _train(write_config(workdir, device), device)
+    with _uncounted_copies(monkeypatch, device) as uncounted:
+        trainer, result = _train(write_config(workdir, device), device)
     assert result.status == "finished" and result.iterations == 11
+    assert uncounted == []  # every copy to the host went through the engine's counter
     assert trainer.step_reads == [0] * 11  # two micro-batches each, clipped, AdamW
     assert all(where for _, where in trainer.reads), [r for r in trainer.reads if not r[1]]
     loss_reads = [it for it, where in trainer.reads if where == {"_read_steps"}]

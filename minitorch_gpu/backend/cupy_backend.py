@@ -355,7 +355,7 @@ class CupyBackend(Backend):
         if isinstance(device_state, cupy.ndarray) and isinstance(size, (int, np.integer)) \
                 and size > 0:
             with self._cuda_device:
-                raw = device_state.get().view(np.uint8)  # waits for the queued draws
+                raw = self.to_numpy(device_state).view(np.uint8)  # a counted read
             return {"kind": self.rng_kind, "bit_generator": name, "mode": "exact",
                     "size": int(size), "nbytes": raw.size, "encoding": "array", "data": raw}
         with self._cuda_device:

@@ -12,9 +12,10 @@ It is a test device, not part of the engine: nothing selects it but that variabl
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import types
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 import numpy as np
 
@@ -121,8 +122,22 @@ def _build() -> Tuple[types.ModuleType, types.ModuleType, types.ModuleType, Any]
     special = _namespace("cupyx.scipy.special", erf=functions.ufunc("erf")
                          if hasattr(np, "erf") else _erf)
     cupyx = _namespace("cupyx", scatter_add=_scatter_add,
-                       scipy=_namespace("cupyx.scipy", special=special))
+                       scipy=_namespace("cupyx.scipy", special=special),
+                       allow_synchronize=_allow_synchronize,
+                       DeviceSynchronized=_array.DeviceSynchronized)
     return cupy, cupyx, special, cublas
+
+
+@contextlib.contextmanager
+def _allow_synchronize(allow: bool) -> Iterator[None]:
+    """``cupyx.allow_synchronize``: inside ``allow_synchronize(False)`` a host read raises
+    ``DeviceSynchronized`` (``cupy/_core/syncdetect.py``)."""
+    before = _array.sync_allowed[0]
+    _array.sync_allowed[0] = bool(allow)
+    try:
+        yield
+    finally:
+        _array.sync_allowed[0] = before
 
 
 def _erf(x: ndarray) -> ndarray:

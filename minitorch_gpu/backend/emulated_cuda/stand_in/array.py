@@ -25,6 +25,11 @@ from .indexing import wrapped_key
 from .signatures import check_call
 
 host_reads = [0]  # device-to-host copies made through the stand-in, ever
+sync_allowed = [True]  # False inside cupyx.allow_synchronize(False)
+
+
+class DeviceSynchronized(RuntimeError):
+    """``cupyx.DeviceSynchronized``: a host read inside ``allow_synchronize(False)``."""
 
 
 def _fresh(result: np.ndarray) -> np.ndarray:
@@ -170,6 +175,9 @@ class ndarray:
     def get(self, stream: Any = None, order: str = "C", out: Any = None,
             blocking: bool = True) -> np.ndarray:
         cuda.check_ordered(self._written, "an array read back to the host")
+        if not sync_allowed[0]:  # cupy/_core/syncdetect.py: _declare_synchronize
+            raise DeviceSynchronized("Synchronization detected while prohibited "
+                                     "(cupyx.allow_synchronize(False))")
         host_reads[0] += 1
         copy = np.array(self._view, order="C" if order in ("C", "A", "K") else "F")
         if out is not None:
