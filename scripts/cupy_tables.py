@@ -374,6 +374,9 @@ def main(argv=None) -> int:
                         help="exit 1 with a diff if the committed JSON is out of date")
     args = parser.parse_args(argv)
     try:
+        sys.path.insert(0, ROOT)
+        from minitorch_gpu.backend.emulated_cuda.stand_in import reference
+        reference.import_real_cupy()  # the environment's CuPy, else the one beside it
         tables = build()
     except ImportError as e:
         print("cupy_tables: needs CuPy (and ml_dtypes) importable; no GPU is needed: %s" % e,
