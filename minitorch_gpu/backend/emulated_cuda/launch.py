@@ -139,6 +139,9 @@ class EmulatedKernel:
         name, code = self.parameters[index], self.codes[index]
         where = f"parameter {index} '{name}' ({_describe_code(code)})"
         if code.startswith("p"):
+            if not isinstance(value, np.ndarray) and hasattr(value, "_view") and \
+                    hasattr(value, "__cuda_array_interface__"):
+                value = value._view  # a device array of the CuPy stand-in: its memory
             if not isinstance(value, np.ndarray):
                 raise self._error(f"{where} expects a device array, got "
                                   f"{type(value).__name__}")

@@ -41,13 +41,24 @@ def _fresh(result: np.ndarray) -> np.ndarray:
     return out
 
 
+class Memory:
+    """``cupy.cuda.Memory``: one allocation, ``ptr`` its start (views of it share it)."""
+
+    def __init__(self, ptr: int, size: int) -> None:
+        self.ptr, self.size = ptr, size
+
+
 class MemoryPointer:
-    """``cupy.cuda.MemoryPointer``: ``ptr`` and the asynchronous copies the backend makes."""
+    """``cupy.cuda.MemoryPointer``: ``ptr``, the allocation it points into (``mem``) and
+    the asynchronous copies the backend makes."""
 
     def __init__(self, owner: "ndarray") -> None:
         self.owner = owner
         self.ptr = owner._view.__array_interface__["data"][0]
         self.device_id = owner._device
+        buffer = memory.find_buffer(self.ptr)
+        self.mem = Memory(self.ptr, 0) if buffer is None else \
+            Memory(buffer.start, buffer.stop - buffer.start)
 
     def copy_from_device_async(self, src: "MemoryPointer", size: int,
                                stream: Optional[cuda.Stream] = None) -> None:
