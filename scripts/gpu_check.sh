@@ -5,7 +5,8 @@
 #     bash scripts/gpu_check.sh                   # the whole check
 #     bash scripts/gpu_check.sh --only bench,rest # rerun the steps that failed
 #     bash scripts/gpu_check.sh --list            # the steps and their limits
-#     bash scripts/gpu_check.sh --dry-run         # the plumbing on the CPU, in seconds
+#     bash scripts/gpu_check.sh --dry-run         # every step on the emulated GPU, tiny
+#                                                 # sizes, ~80 s (compute-sanitizer GPU-only)
 # Pure-Python test tools missing there can travel beside the checkout in ".devdeps"
 # (ignored by git), prepared on a machine with a network:
 #     pip install --target .devdeps pytest pytest-xdist hypothesis
