@@ -243,6 +243,8 @@ class ndarray:
         view = unwrap(self, device)
         args = unwrap(list(args), device)
         kwargs = {k: unwrap(v, device) for k, v in kwargs.items()}
+        if name in _REDUCTIONS:  # CuPy's reduction loops: a dtype it has none for raises
+            view = reduction_input(name, view, kwargs.get("dtype"))
         attribute = getattr(view, name)
         result = attribute(*args, **kwargs) if callable(attribute) else attribute
         with cuda.Device(device):
@@ -269,6 +271,19 @@ class ndarray:
     def __reduce__(self) -> tuple:
         raise TypeError("the stand-in's device arrays are not pickled; copy to the host "
                         "(.get()) first")
+
+
+_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "any", "all"})
+
+
+def reduction_input(name: str, view: np.ndarray, dtype: Any) -> np.ndarray:
+    """``view`` as CuPy's reduction ``name`` reads it: cast to its loop's input dtype (a
+    bool sum runs in int64), or CuPy's TypeError where it has no loop (a bf16 any)."""
+    from .ufunc_types import resolve_reduction
+    loop = resolve_reduction(name, view.dtype, dtype)
+    if loop is None or dtype is not None or loop.in_dtypes[0] == view.dtype:
+        return view
+    return view.astype(loop.in_dtypes[0])
 
 
 # views and metadata that CuPy makes on any device (no kernel runs)

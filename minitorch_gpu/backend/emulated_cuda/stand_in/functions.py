@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import memory
 from . import cuda
-from .array import host_reads, ndarray, unwrap, wrap
+from .array import host_reads, ndarray, reduction_input, unwrap, wrap
 from .indexing import wrap_indices
 
 from .ufunc_types import resolve as _resolve_types  # CuPy's loops (scripts/cupy_tables.py)
@@ -84,6 +84,9 @@ for _name in UFUNCS:
     globals()[_name] = ufunc(_name)
 
 
+_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "amax", "amin", "any", "all"})
+
+
 def _on_device(function: Any, name: str) -> Any:
     """``function`` (NumPy's) on device arrays: operands unwrapped (refusing host arrays
     and other devices' arrays), the result wrapped on the current device (a view of the
@@ -97,6 +100,9 @@ def _on_device(function: Any, name: str) -> Any:
         like = next((a for a in args if isinstance(a, ndarray)), None)
         args = unwrap(list(args), device)
         kwargs = {k: unwrap(v, device) for k, v in kwargs.items()}
+        if name in _REDUCTIONS and args and isinstance(args[0], np.ndarray):
+            args[0] = reduction_input(name.lstrip("a") if name in ("amax", "amin") else name,
+                                      args[0], kwargs.get("dtype"))
         return wrap(function(*args, **kwargs), like=like)
     on_device.__name__ = name
     return on_device

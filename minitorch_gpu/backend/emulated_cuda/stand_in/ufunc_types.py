@@ -298,3 +298,27 @@ def has_loop(name: str, dtype: Any) -> bool:
     ldexp's "Ei->E" among them). accepts() says whether CuPy runs the dtype at all."""
     dtype = numpy.dtype(dtype)
     return any(dtype in loop.in_dtypes for loop in _ufunc(name).loops)
+
+
+def resolve_reduction(name: str, array_dtype: Any, dtype: Any = None) -> Optional[Loop]:
+    """The loop CuPy 14.2's reduction ``name`` (sum, prod, max, min, any, all) runs over an
+    array of ``array_dtype``, or CuPy's TypeError; None where CuPy's table could not be
+    read (``reductions[name].readable`` false: argmax, mean, var, cumsum... whose kernels
+    CuPy builds inside its compiled code).
+
+    CuPy v14.2.0 reduces through ``_SimpleReductionKernel`` (``_reduction.pyx``), whose
+    ``_ops.guess_routine`` is the ufunc rule above with one operand: the first loop the
+    array's dtype reaches by a safe cast; with ``dtype=`` given, sum and prod use their
+    ``*_keep_dtype`` kernels (``when: dtype given``) at that dtype."""
+    entry = tables()["reductions"].get(name)
+    if entry is None or not entry.get("readable"):
+        return None
+    kernels = entry["kernels"]
+    wanted = "dtype given" if dtype is not None else "dtype=None"
+    kernel = next((k for k in kernels if k.get("when") in (wanted, None)), kernels[0])
+    source = numpy.dtype(dtype) if dtype is not None else numpy.dtype(array_dtype)
+    loops = [_parse(t) for t in kernel["types"]]
+    for loop in loops:
+        if _can_cast(source, loop.in_dtypes[0]):
+            return loop
+    raise _no_loop(kernel["cupy_name"], (source,))
