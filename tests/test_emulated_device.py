@@ -55,6 +55,7 @@ def test_the_cli_trains_on_the_emulated_gpu_and_the_cpu_samples_its_checkpoint(r
     evaluation and a checkpoint, all on the emulated device; then generate and profile."""
     workdir, config = run_dir
     env = single_thread_environment(workdir)
+    env.pop("MINITORCH_EMULATE_CUDA", None)  # the CPU's processes: without the switch
     env["MINITORCH_GPU_CACHE"] = os.environ["MINITORCH_GPU_CACHE"]  # the session's: the
     # emulated kernels compiled once, not in every process
     emulated = {**env, "MINITORCH_EMULATE_CUDA": "1"}
