@@ -418,7 +418,7 @@ def fake_cupy(opaque: bool) -> types.SimpleNamespace:
                                 else (_FakeXORWOW, _FakeGenerator))
     bit_generator = type("XORWOW", (bit_generator,), {})  # the name get_rng_state records
     return types.SimpleNamespace(
-        ndarray=_FakeDeviceArray, __version__="stand-in",
+        ndarray=_FakeDeviceArray, __version__="stand-in", asnumpy=lambda a: a.get(),
         random=types.SimpleNamespace(default_rng=lambda seed: generator(bit_generator(seed))),
         cuda=types.SimpleNamespace(Device=lambda index: contextlib.nullcontext()))
 

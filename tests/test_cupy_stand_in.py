@@ -28,7 +28,6 @@ TABLES = os.path.join(ROOT, "minitorch_gpu", "backend", "emulated_cuda", "stand_
 STAND_IN_ONLY = {
     "cupy.stand_in": "marker: tells the engine and tests that cupy is the stand-in",
     "cupy_backends.cuda.libs.cublas.calls": "every GEMM's sizes, for tests/test_blas_split.py",
-    "cupy.cuda.nccl.SIZES": "bytes per NCCL datatype, for the one-rank collectives",
 }
 
 # Declared parameters of the stand-in that differ from CuPy's, found by this test. The
@@ -43,24 +42,6 @@ KNOWN_SIGNATURE_DRIFT = {
     # the engine: their constructors are the stand-in's own
     "cupy.RawKernel": [f"kernel: {NOT_A_PARAMETER}"],
     "cupy.cuda.MemoryPointer": [f"owner: {NOT_A_PARAMETER}"],
-    # to fix: CuPy's options= is keyword-only (loader.py passes it by keyword)
-    "cupy.RawModule": [f"options: {KEYWORD_ONLY}"],
-    # to fix: CuPy's blocking= is keyword-only
-    "cupy.array": [f"blocking: {KEYWORD_ONLY}"],
-    "cupy.asarray": [f"blocking: {KEYWORD_ONLY}"],
-    "cupy.asnumpy": [f"blocking: {KEYWORD_ONLY}"],
-    # to fix: CuPy's clip takes both bounds, None or not (the stand-in defaults them)
-    "cupy.clip": ["a_min: has a default, CuPy's is required",
-                  "a_max: has a default, CuPy's is required"],
-    # to fix: parameter names that are not CuPy's (a keyword call would fail on a GPU)
-    "cupy.cuda.alloc_pinned_memory": [f"nbytes: {NOT_A_PARAMETER}"],
-    "cupy.cuda.get_elapsed_time": [f"start: {NOT_A_PARAMETER}", f"end: {NOT_A_PARAMETER}"],
-    "cupy.cuda.nccl.NcclCommunicator": [f"unique_id: {NOT_A_PARAMETER}"],
-    "cupy.cuda.runtime.deviceGetAttribute": [f"attribute: {NOT_A_PARAMETER}"],
-    "cupy.empty_like": [f"a: {NOT_A_PARAMETER}"],
-    # to fix: CuPy's matmul is a gufunc, matmul(*args, out=..., ...): no a=, b=, and out
-    # is keyword-only
-    "cupy.matmul": [f"a: {NOT_A_PARAMETER}", f"b: {NOT_A_PARAMETER}", f"out: {KEYWORD_ONLY}"],
 }
 
 

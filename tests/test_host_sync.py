@@ -288,9 +288,10 @@ def _no_cuda_sync(backend):
 
 @contextlib.contextmanager
 def _uncounted_copies(monkeypatch, device):
-    """The copies to the host the emulated GPU made outside the backend's counted reads
-    (``to_numpy``, ``raise_deferred_errors``), each named by its caller: a list that must
-    stay empty. Off the emulated GPU, nothing to watch (an empty list)."""
+    """The host reads the emulated GPU made outside the backend's counted ones (``to_numpy``,
+    ``raise_deferred_errors``): copies back and the sizes or values CuPy reads itself
+    (nonzero, boolean masks...), each named with the engine's line that caused it; a list
+    that must stay empty. Off the emulated GPU, nothing to watch (an empty list)."""
     found = []
     if device != "cuda" or not mt.cuda.is_emulated():
         yield found
@@ -308,18 +309,16 @@ def _uncounted_copies(monkeypatch, device):
                 inside[0] -= 1
         return run
 
-    get = device_arrays.ndarray.get
-
-    def watched_get(self, *args, **kwargs):
+    def watch(what):
         if not inside[0]:
-            frame = traceback.extract_stack()[-2]
-            found.append(f"{frame.filename}:{frame.lineno} ({frame.name})")
-        return get(self, *args, **kwargs)
+            frame = next(f for f in reversed(traceback.extract_stack()[:-1])
+                         if "emulated_cuda" not in f.filename)
+            found.append(f"{what} at {frame.filename}:{frame.lineno} ({frame.name})")
 
     monkeypatch.setattr(Backend, "to_numpy", counted(Backend.to_numpy))
     monkeypatch.setattr(Backend, "raise_deferred_errors",
                         counted(Backend.raise_deferred_errors))
-    monkeypatch.setattr(device_arrays.ndarray, "get", watched_get)
+    monkeypatch.setattr(device_arrays, "read_watchers", [watch])
     yield found
 
 

@@ -53,7 +53,7 @@ class RawModule:
     matched to its file (the emulator compiles files) and ``-DNAME=value`` options become
     its defines."""
 
-    def __init__(self, code: str, options: Tuple[str, ...] = (), **kwargs: Any) -> None:
+    def __init__(self, code: str, *, options: Tuple[str, ...] = (), **kwargs: Any) -> None:
         from ...kernels import loader
         path = next((loader.SOURCE_DIR / name for name in loader.SOURCES
                      if loader.source_text(name) == code), None)

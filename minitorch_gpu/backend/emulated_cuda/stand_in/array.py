@@ -32,6 +32,34 @@ class DeviceSynchronized(RuntimeError):
     """``cupyx.DeviceSynchronized``: a host read inside ``allow_synchronize(False)``."""
 
 
+def record_read(what: str) -> None:
+    """One wait of the host for the device: a copy back (``get``) or a size or value CuPy
+    reads itself (``nonzero``, a boolean mask, ``unique``...). Counted in ``host_reads``;
+    refused inside ``cupyx.allow_synchronize(False)`` as CuPy's detector refuses it
+    (``cupy/_core/syncdetect.py``, ``_declare_synchronize``). The host-read test watches
+    this one function."""
+    if not sync_allowed[0]:
+        raise DeviceSynchronized(f"Synchronization detected while prohibited "
+                                 f"(cupyx.allow_synchronize(False)): {what}")
+    host_reads[0] += 1
+    for watcher in read_watchers:
+        watcher(what)
+
+
+read_watchers: list = []  # called with each read's description (the host-read test's)
+
+
+def written_of(array: "ndarray") -> Any:
+    """The side-stream copy into ``array``'s memory not yet waited for: kept on the base,
+    so a view taken before the copy sees it too."""
+    root = array if array._base is None else array._base
+    return root._written
+
+
+def _set_written(array: "ndarray", written: Any) -> None:
+    (array if array._base is None else array._base)._written = written
+
+
 def _fresh(result: np.ndarray) -> np.ndarray:
     """``result`` where it already lies in device memory (a view), else a device copy."""
     if memory.is_device_array(result):
@@ -62,11 +90,11 @@ class MemoryPointer:
 
     def copy_from_device_async(self, src: "MemoryPointer", size: int,
                                stream: Optional[cuda.Stream] = None) -> None:
-        cuda.check_ordered(src.owner._written, "the source of a device copy")
+        cuda.check_ordered(written_of(src.owner), "the source of a device copy")
         ctypes.memmove(self.ptr, src.ptr, int(size))
         stream = cuda.get_current_stream() if stream is None else stream
         stream.queued += 1
-        self.owner._written = (stream, stream.queued)
+        _set_written(self.owner, (stream, stream.queued))
 
 
 class Flags:
@@ -89,7 +117,7 @@ def unwrap(value: Any, device: int, what: str = "an operand") -> Any:
                 f"The device where the array resides ({value._device}) is different from "
                 f"the current device ({device}). Peer access is unavailable between these "
                 f"devices.")
-        cuda.check_ordered(value._written, what)
+        cuda.check_ordered(written_of(value), what)
         return value._view
     if isinstance(value, np.ndarray):
         raise TypeError(f"Unsupported type {type(value)}")
@@ -106,8 +134,8 @@ def wrap(result: Any, like: Optional["ndarray"] = None) -> Any:
             return like
         if like is not None and memory.is_device_array(result) and \
                 np.shares_memory(result, like._view):
-            return ndarray._of(result, like._device, like._base if like._base is not None else like,
-                               like._written)
+            return ndarray._of(result, like._device,
+                               like._base if like._base is not None else like)
         return ndarray._of(_fresh(result), cuda.current_device_id())
     if isinstance(result, np.generic):  # CuPy's reductions and indexing give 0-d arrays
         return ndarray._of(_fresh(np.asarray(result)), cuda.current_device_id())
@@ -121,10 +149,10 @@ def wrap(result: Any, like: Optional["ndarray"] = None) -> Any:
 # the ndarray methods that return new arrays or views, forwarded to NumPy; each is a
 # method of cupy.ndarray (tests/test_cupy_stand_in.py checks the names against CuPy)
 FORWARDED_METHODS = (
-    "all", "any", "argmax", "argmin", "astype", "clip", "copy", "cumprod", "cumsum",
-    "diagonal", "max", "mean", "min", "nonzero", "prod", "ravel", "repeat", "reshape",
+    "all", "any", "argmax", "argmin", "astype", "copy", "cumprod", "cumsum",
+    "diagonal", "max", "mean", "min", "prod", "ravel", "reshape",
     "round", "squeeze", "std", "sum", "swapaxes", "take", "trace", "transpose", "var",
-    "view", "flatten", "dot", "argsort", "sort", "conj", "fill",
+    "view", "flatten", "dot", "conj", "fill",
 )
 
 
@@ -185,11 +213,8 @@ class ndarray:
     # --- reading values back: every one a counted host read -----------------------------
     def get(self, stream: Any = None, order: str = "C", out: Any = None,
             blocking: bool = True) -> np.ndarray:
-        cuda.check_ordered(self._written, "an array read back to the host")
-        if not sync_allowed[0]:  # cupy/_core/syncdetect.py: _declare_synchronize
-            raise DeviceSynchronized("Synchronization detected while prohibited "
-                                     "(cupyx.allow_synchronize(False))")
-        host_reads[0] += 1
+        cuda.check_ordered(written_of(self), "an array read back to the host")
+        record_read("ndarray.get")
         copy = np.array(self._view, order="C" if order in ("C", "A", "K") else "F")
         if out is not None:
             out[...] = copy
@@ -206,7 +231,7 @@ class ndarray:
         self._view[...] = arr
         if stream is not None and stream is not cuda.get_current_stream():
             stream.queued += 1
-            self._written = (stream, stream.queued)
+            _set_written(self, (stream, stream.queued))
 
     def item(self) -> Any:
         return self.get().item()
@@ -238,7 +263,8 @@ class ndarray:
     # --- methods ------------------------------------------------------------------------
     def _method(self, name: str, *args: Any, **kwargs: Any) -> Any:
         device = self._device
-        if device != cuda.current_device_id() and name not in _ANY_DEVICE:
+        copies = name in ("reshape", "ravel") and not self._view.flags.c_contiguous
+        if device != cuda.current_device_id() and (name not in _ANY_DEVICE or copies):
             unwrap(self, cuda.current_device_id())  # raises, as CuPy's kernels refuse it
         view = unwrap(self, device)
         args = unwrap(list(args), device)
@@ -252,17 +278,25 @@ class ndarray:
 
     def __getitem__(self, key: Any) -> Any:
         device = self._device
-        key = wrapped_key(unwrap(key, device) if not isinstance(key, ndarray)
-                          else unwrap(key, device), self.shape)
+        key = unwrap(key, device)
+        if has_arrays(key):  # advanced indexing runs a kernel on the current device
+            device = cuda.current_device_id()
+            unwrap(self, device)
+            if has_masks(key):  # the result's size: CuPy reads it (nonzero of the mask)
+                record_read("indexing by a boolean mask")
+        key = wrapped_key(key, self.shape)
         with cuda.Device(device):
             return wrap(self._view[key], like=self)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        device = self._device
+        device = cuda.current_device_id()  # every write is a kernel on the current device
         if isinstance(value, np.ndarray):
             raise TypeError(f"Unsupported type {type(value)}")
-        cuda.check_ordered(self._written, "an array written in place")
-        key = wrapped_key(unwrap(key, device), self.shape)
+        unwrap(self, device, "an array written in place")
+        key = unwrap(key, device)
+        if has_masks(key) and isinstance(value, ndarray) and value.size > 1:
+            record_read("a boolean-mask assignment of an array")  # CuPy sizes it
+        key = wrapped_key(key, self.shape)
         self._view[key] = unwrap(value, device)
 
     def __deepcopy__(self, memo: dict) -> "ndarray":
@@ -274,6 +308,20 @@ class ndarray:
 
 
 _REDUCTIONS = frozenset({"sum", "prod", "max", "min", "any", "all"})
+
+
+def _parts(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def has_arrays(key: Any) -> bool:
+    """Whether an index has an array or list part (advanced indexing: a kernel)."""
+    return any(isinstance(p, (np.ndarray, list)) for p in _parts(key))
+
+
+def has_masks(key: Any) -> bool:
+    return any(isinstance(p, np.ndarray) and p.dtype == np.bool_ and p.ndim
+               for p in _parts(key))
 
 
 def reduction_input(name: str, view: np.ndarray, dtype: Any) -> np.ndarray:

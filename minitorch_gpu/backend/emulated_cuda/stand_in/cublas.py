@@ -25,6 +25,9 @@ CUBLAS_GEMM_DEFAULT = -1
 _DATA_TYPES = {0: np.dtype(np.float32), 2: np.dtype(np.float16), 14: np.dtype(bfloat16)}
 
 calls: list = []  # (name, m, n, k, batch) of every call, for the tests
+# the (Atype, Btype, Ctype) cuBLAS's cublasGemmEx documents for CUBLAS_COMPUTE_32F that the
+# stand-in models: fp32, and bf16 or fp16 operands with a C of their own type or fp32
+_COMPUTE_32F_TYPES = {(0, 0, 0), (14, 14, 14), (14, 14, 0), (2, 2, 2), (2, 2, 0)}
 
 
 class CUBLASError(RuntimeError):
@@ -82,6 +85,10 @@ def _gemm(name: str, transa: int, transb: int, m: int, n: int, k: int, alpha: in
         raise CUBLASError(f"the stand-in computes in CUBLAS_COMPUTE_32F only, got {compute}")
     calls.append((name, m, n, k, batch))
     c_pointer, c_kind, ldc, stride_c = c
+    kinds = (a[1], b[1], c_kind)
+    if kinds not in _COMPUTE_32F_TYPES:  # cuBLAS's table for gemmEx with COMPUTE_32F
+        raise CUBLASError(f"CUBLAS_STATUS_NOT_SUPPORTED: A, B, C of data types {kinds} "
+                          f"with CUBLAS_COMPUTE_32F")
     out_dtype = _DATA_TYPES.get(c_kind)
     if out_dtype is None:
         raise CUBLASError(f"CUBLAS_STATUS_NOT_SUPPORTED: data type {c_kind} for C")

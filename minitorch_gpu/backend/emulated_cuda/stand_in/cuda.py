@@ -210,8 +210,9 @@ class Event:
         return True
 
 
-def get_elapsed_time(start: Event, end: Event) -> float:
+def get_elapsed_time(start_event: Event, end_event: Event) -> float:
     """Milliseconds between two recorded events (CUDA refuses events without timing)."""
+    start, end = start_event, end_event
     for event in (start, end):
         if event.disable_timing:
             raise CUDARuntimeError("cudaErrorInvalidResourceHandle: an event made with "
@@ -249,8 +250,8 @@ class PinnedMemory(bytearray):
     """``cupy.cuda.alloc_pinned_memory``'s buffer: host memory NumPy can view."""
 
 
-def alloc_pinned_memory(nbytes: int) -> PinnedMemory:
-    return PinnedMemory(int(nbytes))
+def alloc_pinned_memory(size: int) -> PinnedMemory:
+    return PinnedMemory(int(size))
 
 
 class _Runtime:
@@ -276,11 +277,11 @@ class _Runtime:
         return TOTAL_MEMORY - memory.bytes_in_use(), TOTAL_MEMORY
 
     @staticmethod
-    def deviceGetAttribute(attribute: int, device: int) -> int:
+    def deviceGetAttribute(attrib: int, device: int) -> int:
         _check_device_id(device)
-        if attribute == _Runtime.cudaDevAttrMultiProcessorCount:
+        if attrib == _Runtime.cudaDevAttrMultiProcessorCount:
             return MULTIPROCESSORS
-        raise CUDARuntimeError(f"the emulated GPU does not report attribute {attribute}")
+        raise CUDARuntimeError(f"the emulated GPU does not report attribute {attrib}")
 
     @staticmethod
     def getDeviceProperties(device: int) -> dict:
@@ -318,7 +319,7 @@ class _NcclCommunicator:
     """``cupy.cuda.nccl.NcclCommunicator`` of a one-rank world: every collective leaves the
     buffer as it is (the sum over one rank, the root's own values)."""
 
-    def __init__(self, ndev: int, unique_id: Any, rank: int) -> None:
+    def __init__(self, ndev: int, commId: Any, rank: int) -> None:
         if ndev != 1 or rank != 0:
             raise RuntimeError(f"the emulated NCCL has one rank; asked for rank {rank} of "
                                f"{ndev}")
@@ -328,17 +329,32 @@ class _NcclCommunicator:
         if _state.device != self.device_id:
             raise RuntimeError(f"NCCL: a collective on device {_state.device} through the "
                                f"communicator of device {self.device_id}")
-        if count < 0 or datatype not in _Nccl.SIZES:
+        if count < 0 or datatype not in _Nccl._SIZES:
             raise RuntimeError(f"NCCL: invalid count {count} or datatype {datatype}")
+
+    @staticmethod
+    def _check_buffer(pointer: int, count: int, datatype: int, what: str) -> None:
+        """``count`` elements from ``pointer`` inside one live device buffer (an offset or
+        a count in bytes for elements runs past it)."""
+        nbytes = count * _Nccl._SIZES[datatype]
+        buffer = memory.find_buffer(pointer)
+        if buffer is None or pointer < buffer.start or pointer + nbytes > buffer.stop:
+            raise RuntimeError(f"NCCL: {what} of {count} elements ({nbytes} bytes) at "
+                               f"0x{pointer:x} is not inside one device buffer")
 
     def allReduce(self, sendbuf: int, recvbuf: int, count: int, datatype: int, op: int,
                   stream: int) -> None:
         self._check(count, datatype, stream)
+        if op not in _Nccl._OPS:
+            raise RuntimeError(f"NCCL: unknown reduction op {op}")
+        self._check_buffer(sendbuf, count, datatype, "the send buffer")
+        self._check_buffer(recvbuf, count, datatype, "the receive buffer")
         if sendbuf != recvbuf:
-            memory.copy_bytes(recvbuf, sendbuf, count * _Nccl.SIZES[datatype])
+            memory.copy_bytes(recvbuf, sendbuf, count * _Nccl._SIZES[datatype])
 
     def bcast(self, buff: int, count: int, datatype: int, root: int, stream: int) -> None:
         self._check(count, datatype, stream)
+        self._check_buffer(buff, count, datatype, "the buffer")
         if root != 0:
             raise RuntimeError(f"NCCL: root {root} of a one-rank world")
 
@@ -354,8 +370,9 @@ class _Nccl:
 
     available = True
     NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64, NCCL_BFLOAT16 = 6, 7, 8, 9
-    NCCL_SUM = 0
-    SIZES = {6: 2, 7: 4, 8: 8, 9: 2}
+    NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN, NCCL_AVG = 0, 1, 2, 3, 4
+    _OPS = (0, 1, 2, 3, 4)
+    _SIZES = {6: 2, 7: 4, 8: 8, 9: 2}
     NcclCommunicator = _NcclCommunicator
 
     @staticmethod

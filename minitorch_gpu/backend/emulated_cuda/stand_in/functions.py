@@ -16,7 +16,9 @@ import numpy as np
 
 from .. import memory
 from . import cuda
-from .array import host_reads, ndarray, reduction_input, unwrap, wrap
+import builtins
+
+from .array import ndarray, record_read, reduction_input, unwrap, wrap, written_of
 from .indexing import wrap_indices
 
 from .ufunc_types import resolve as _resolve_types  # CuPy's loops (scripts/cupy_tables.py)
@@ -149,7 +151,7 @@ def take_along_axis(a: ndarray, indices: ndarray, axis: Optional[int]) -> Any:
     return wrap(np.take_along_axis(view, wrap_indices(index, size), axis=axis))
 
 
-def clip(a: ndarray, a_min: Any = None, a_max: Any = None, out: Any = None) -> Any:
+def clip(a: ndarray, a_min: Any, a_max: Any, out: Any = None) -> Any:
     """CuPy's ``_ndarray_clip`` (``cupy/_core/_routines_math.pyx``) replaces a None bound by
     the dtype's extreme only for kinds 'f', 'i' and 'u'; for bfloat16 (kind 'V') the None
     reaches the ufunc, which refuses it."""
@@ -202,7 +204,7 @@ def argpartition(a: ndarray, kth: Any, axis: int = -1) -> Any:
     return wrap(np.argpartition(view, kth, axis=axis))
 
 
-def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None,
+def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None, *,
             blocking: bool = True) -> np.ndarray:
     if isinstance(a, ndarray):
         return a.get(order=order, out=out)
@@ -241,9 +243,9 @@ def _like(a: ndarray, dtype: Any, shape: Any) -> tuple:
     return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtype)
 
 
-def empty_like(a: ndarray, dtype: Any = None, order: str = "K", subok: Any = None,
+def empty_like(prototype: ndarray, dtype: Any = None, order: str = "K", subok: Any = None,
                shape: Any = None) -> ndarray:
-    return _new(*_like(a, dtype, shape))
+    return _new(*_like(prototype, dtype, shape))
 
 
 def zeros_like(a: ndarray, dtype: Any = None, order: str = "K", subok: Any = None,
@@ -276,15 +278,15 @@ def tri(N: int, M: Optional[int] = None, k: int = 0, dtype: Any = float) -> ndar
 
 
 def array(obj: Any, dtype: Any = None, copy: bool = True, order: str = "K",
-          subok: bool = False, ndmin: int = 0, blocking: bool = False) -> ndarray:
+          subok: bool = False, ndmin: int = 0, *, blocking: bool = False) -> ndarray:
     """Host data uploaded (NumPy arrays included: the one door in); a device array copied
     (to the current device, from any)."""
     if isinstance(obj, ndarray):
         source = obj._view
-        cuda.check_ordered(obj._written, "the source of a copy")
+        cuda.check_ordered(written_of(obj), "the source of a copy")
         result = np.array(source, dtype=dtype, copy=True, ndmin=ndmin)
         return ndarray._of(_copy_in(result), _current())
-    if isinstance(obj, (list, tuple)) and any(isinstance(v, ndarray) for v in obj):
+    if isinstance(obj, (list, tuple)) and builtins.any(isinstance(v, ndarray) for v in obj):
         return wrap(np.array(unwrap(list(obj), _current()), dtype=dtype, ndmin=ndmin))
     host = np.array(obj, dtype=dtype, copy=True, ndmin=ndmin)
     if host.dtype == object:
@@ -298,7 +300,7 @@ def _copy_in(host: np.ndarray) -> np.ndarray:
     return out
 
 
-def asarray(a: Any, dtype: Any = None, order: Any = None, blocking: bool = False) -> Any:
+def asarray(a: Any, dtype: Any = None, order: Any = None, *, blocking: bool = False) -> Any:
     if isinstance(a, ndarray) and (dtype is None or np.dtype(dtype) == a.dtype):
         if a._device != _current():  # CuPy copies across devices here
             return array(a)
@@ -326,9 +328,13 @@ def matmul_refusals(a: np.ndarray, b: np.ndarray) -> None:
         raise TypeError("cupy.matmul: batched bfloat16 products are not supported")
 
 
-def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:  # noqa: F811
+def matmul(*args: Any, out: Any = None, **kwargs: Any) -> Any:
+    """A gufunc in CuPy: ``matmul(x1, x2, /, out=...)``."""
+    if len(args) != 2 or kwargs:
+        raise TypeError(f"matmul takes two operands and out=, got {len(args)} operands"
+                        f"{' and ' + ', '.join(kwargs) if kwargs else ''}")
     device = _current()
-    left, right = unwrap(a, device), unwrap(b, device)
+    left, right = unwrap(args[0], device), unwrap(args[1], device)
     matmul_refusals(left, right)
     if out is not None:
         np.matmul(left, right, out=unwrap(out, device))
@@ -337,15 +343,49 @@ def matmul(a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:  # noqa: F811
 
 
 def get_array_module(*args: Any) -> Any:
-    import sys
-    return sys.modules[__package__]
+    """The stand-in's cupy where an argument is a device array, else NumPy."""
+    if builtins.any(isinstance(a, ndarray) for a in args):
+        import sys
+        return sys.modules[__package__].cupy
+    return np
+
+
+# --- routines whose result's size or value CuPy reads back itself: each a host read -----
+_READS = {"nonzero": "nonzero (the count of nonzeros)", "unique": "unique (its size)",
+          "bincount": "bincount (the largest value)", "allclose": "allclose (a Python bool)",
+          "array_equal": "array_equal (a Python bool)"}
+
+
+def _reading(name: str) -> Any:
+    counted = globals()[name]
+
+    def reads(*args: Any, **kwargs: Any) -> Any:
+        if name == "unique" and args and isinstance(args[0], ndarray):
+            _check_sortable(args[0]._view, "unique")  # CuPy's unique sorts
+        result = counted(*args, **kwargs)
+        record_read(_READS[name])
+        return result
+    reads.__name__ = name
+    return reads
+
+
+for _name in _READS:
+    globals()[_name] = _reading(_name)
+
+
+def repeat(a: ndarray, repeats: Any, axis: Optional[int] = None) -> Any:
+    """An array of counts is read back for the result's size (``cupy/_manipulation``)."""
+    device = _current()
+    if isinstance(repeats, ndarray):
+        record_read("repeat (the sum of its counts)")
+    return wrap(np.repeat(unwrap(a, device), unwrap(repeats, device), axis=axis))
 
 
 class _StrideTricks:
     @staticmethod
     def as_strided(x: ndarray, shape: Any = None, strides: Any = None) -> ndarray:
         view = np.lib.stride_tricks.as_strided(unwrap(x, x._device), shape, strides)
-        return ndarray._of(view, x._device, x if x._base is None else x._base, x._written)
+        return ndarray._of(view, x._device, x if x._base is None else x._base)
 
 
 class lib:
@@ -390,6 +430,22 @@ def _unary(name: str) -> Any:
     return lambda self: globals()[name](self)
 
 
+# the methods CuPy implements with its functions (``_ndarray_argsort``, ``_ndarray_clip``,
+# ``_ndarray_take``, ``_ndarray_nonzero``): the same refusals, wrapping and reads
+ndarray.argsort = lambda self, axis=-1, kind=None: argsort(self, axis, kind)
+ndarray.clip = lambda self, min=None, max=None, out=None: clip(self, min, max, out)
+ndarray.take = lambda self, indices, axis=None, out=None: take(self, indices, axis, out)
+ndarray.nonzero = lambda self: nonzero(self)
+ndarray.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
+
+
+def _sort_in_place(self: ndarray, axis: int = -1, kind: Any = None) -> None:
+    """``ndarray.sort`` sorts in place (Thrust: no bfloat16)."""
+    _check_sortable(self._view, "sort")
+    self._view.sort(axis=axis, kind="stable")
+
+
+ndarray.sort = _sort_in_place
 ndarray.__array_ufunc__ = _array_ufunc
 ndarray.__array_function__ = _array_function
 for _op, _name in {"add": "add", "sub": "subtract", "mul": "multiply",

@@ -2,13 +2,14 @@
 whole state is one device buffer, as CuPy 14's (``cupy/random/_bit_generator.pyx``:
 ``_state``, int8, ``_size`` records of 48 bytes; ``_size`` is 2048 threads per SM).
 
-The numbers are not cuRAND's: each draw seeds NumPy's PCG64 from the state's first 32
-bytes and writes 32 fresh bytes back. What matters to the engine holds: the stream is a
+The numbers are not cuRAND's: each draw seeds NumPy's PCG64 from a hash of the whole
+state and writes 32 fresh bytes back. What matters to the engine holds: the stream is a
 function of the state's bytes alone, so saving ``_state`` and writing it into a new
 XORWOW of the same ``_size`` continues the stream exactly (``CupyBackend.get_rng_state``).
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -33,9 +34,11 @@ class XORWOW:
         self._state._view[...] = head
 
     def _numpy_generator(self) -> np.random.Generator:
-        """A NumPy generator from the state, and the state moved on."""
-        head = self._state._view[:32].view(np.uint64).copy()
-        generator = np.random.default_rng(np.random.SeedSequence(head.tolist()))
+        """A NumPy generator seeded by a hash of the whole state (so a restore that damaged
+        any byte of it changes the draws), and the state moved on."""
+        digest = hashlib.blake2b(self._state._view.tobytes(), digest_size=32).digest()
+        generator = np.random.default_rng(np.random.SeedSequence(
+            np.frombuffer(digest, np.uint64).tolist()))
         self._state._view[:32] = generator.integers(-128, 128, 32, dtype=np.int8)
         return generator
 
