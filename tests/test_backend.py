@@ -479,7 +479,8 @@ def test_a_move_from_one_gpu_to_another_copies_the_data():
     assert moved.tolist() == expected.tolist()
     base.data[...] = -1  # writing one leaves the other as it was, both ways
     assert moved.tolist() == expected.tolist()
-    moved.data[...] = 7
+    with moved.data.device:  # a raw write runs on the current GPU: the array's, in CuPy
+        moved.data[...] = 7
     assert (base.cpu().numpy() == -1).all() and (moved.cpu().numpy() == 7).all()
     back = moved.to("cuda:0")
     assert back.data.device.id == 0 and (back.cpu().numpy() == 7).all()
