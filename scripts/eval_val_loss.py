@@ -12,9 +12,9 @@ import argparse
 import time
 
 import minitorch_gpu as mt
-from minitorch_gpu.config import config_from_dict
+from minitorch_gpu.train.config import config_from_dict
 from minitorch_gpu.data import consecutive_windows, prepare
-from minitorch_gpu.inference import load_for_inference
+from minitorch_gpu.pretrained.inference import load_for_inference
 
 
 def main() -> None:

@@ -21,12 +21,12 @@ import time
 import torch
 
 import minitorch_gpu as mt
-from minitorch_gpu.config import load_config
+from minitorch_gpu.train.config import load_config
 from minitorch_gpu.data import BatchSampler, consecutive_windows, prepare
 from minitorch_gpu.nn import model_for
 from minitorch_gpu.optim import cosine_lr
-from minitorch_gpu.model_from_config import gpt_config
-from minitorch_gpu.torch_reference import TorchGPT, TorchLlama, to_torch, torch_adamw
+from minitorch_gpu.train.model_from_config import gpt_config
+from minitorch_gpu.bench.torch_reference import TorchGPT, TorchLlama, to_torch, torch_adamw
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """The GPT, the Llama and AdamW against PyTorch, where PyTorch is installed (a
 development-only reference; it is never a dependency, and this file is skipped without it).
 
-A GPT-2 written directly in torch (``minitorch_gpu.torch_reference``), with the parameter
+A GPT-2 written directly in torch (``minitorch_gpu.bench.torch_reference``), with the parameter
 names nanoGPT uses, loads our state dict key by key; logits, loss, every gradient and three
 AdamW steps must agree in float64. A Llama written the same way (``TorchLlama``, Hugging
 Face's names) must give our fused ops' logits, loss and every gradient in float32 and
@@ -24,7 +24,7 @@ import minitorch_gpu.nn as nn
 torch = pytest.importorskip("torch")
 from llama_shapes import (BASE, SHAPES, assert_close, batch, random_llama,  # noqa: E402
                           shape_params)
-from minitorch_gpu.torch_reference import (ATTENTION_FORMS, TorchGPT,  # noqa: E402
+from minitorch_gpu.bench.torch_reference import (ATTENTION_FORMS, TorchGPT,  # noqa: E402
                                            TorchKVCache, TorchLlama, torch_adamw)
 
 

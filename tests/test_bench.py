@@ -11,8 +11,8 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-from minitorch_gpu.machine import BLAS_VARIABLES, describe_libraries, libraries
-from minitorch_gpu.bench import (CASES, GPU_CASES, TORCH_SIDES, format_table,
+from minitorch_gpu.system.machine import BLAS_VARIABLES, describe_libraries, libraries
+from minitorch_gpu.bench.runner import (CASES, GPU_CASES, TORCH_SIDES, format_table,
                                  parse_torch_sides, torch_available)
 from minitorch_gpu.cli import BENCH_CASES
 from minitorch_gpu.cli.bench import GPU_BENCH_CASES
@@ -219,7 +219,7 @@ def stand_in_children(monkeypatch, speeds: dict, failing: dict = {}) -> list:
     ``speeds[side]`` tokens/s (its round number added) and uses ``1000 / speed`` MB; a
     torch-compile side has no generation; ``failing[side]`` lists the rounds that side
     fails. Returns the (case, side) of each run, in order."""
-    import minitorch_gpu.bench as bench_module
+    import minitorch_gpu.bench.runner as bench_module
     ran, rounds = [], {}
 
     def child(what, **spec):
@@ -249,7 +249,7 @@ def stand_in_children(monkeypatch, speeds: dict, failing: dict = {}) -> list:
 def test_against_torch_an_arch_without_a_reference_runs_our_side_alone(monkeypatch):
     """A case whose arch torch_reference has no model of runs without a torch side or
     ratio, and the table says so (the llama has one now: TORCH_ARCHS stood in for)."""
-    import minitorch_gpu.bench as bench_module
+    import minitorch_gpu.bench.runner as bench_module
     assert bench_module.TORCH_ARCHS == ("gpt2", "llama")
     monkeypatch.setattr(bench_module, "TORCH_ARCHS", ("gpt2",))
     ran = stand_in_children(monkeypatch, {"minitorch": 100, "torch": 50})
@@ -268,7 +268,7 @@ def test_against_every_torch_side_ratios_and_the_best_of_them(monkeypatch):
     against each column's best median (tokens/s the largest, memory the smallest) and
     names the side; a side failing in a round is left out of that round, and one failing
     in every round is a row with its reason."""
-    import minitorch_gpu.bench as bench_module
+    import minitorch_gpu.bench.runner as bench_module
     ran = stand_in_children(monkeypatch, {"minitorch": 100, "torch": 50, "torch-explicit": 40,
                                           "torch-compile": 80},
                             failing={"torch-compile": [1]})
@@ -315,7 +315,7 @@ def test_against_every_torch_side_ratios_and_the_best_of_them(monkeypatch):
 
 @pytest.mark.parametrize("sides", [[], ["torch", "flash"]])
 def test_run_bench_refuses_unknown_torch_sides(sides):
-    from minitorch_gpu.bench import run_bench
+    from minitorch_gpu.bench.runner import run_bench
     with pytest.raises(ValueError, match="torch_sides must be some of"):
         run_bench(["baby"], vs_torch=True, torch_sides=sides)
 
@@ -366,7 +366,7 @@ def test_the_numpy_side_runs_ours_without_the_kernels_and_is_never_the_best_torc
     """--numpy-side times ours a second time (the CPU kernels off) right after ours; it
     is a row of its own, and ours/best looks at the torch sides only even where it is the
     fastest."""
-    import minitorch_gpu.bench as bench_module
+    import minitorch_gpu.bench.runner as bench_module
     ran = stand_in_children(monkeypatch, {"minitorch": 100, "minitorch-numpy": 500,
                                           "torch": 50, "torch-explicit": 40})
     summary = bench_module.run_bench(["baby"], vs_torch=True, numpy_side=True,
@@ -385,7 +385,7 @@ def test_the_numpy_side_switches_the_kernels_off_in_its_process():
     import json
     import subprocess
     import sys
-    code = ("import json, minitorch_gpu.bench as b, minitorch_gpu as mt;"
+    code = ("import json, minitorch_gpu.bench.runner as b, minitorch_gpu as mt;"
             "r = b.measure('minitorch-numpy', 'baby', 1, 1, 0, 4, 1);"
             "print(json.dumps([r['side'], mt.get_backend('cpu').fused_kernels() is None]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

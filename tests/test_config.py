@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from minitorch_gpu.config import (Config, ConfigError, apply_overrides, config_from_dict,
+from minitorch_gpu.train.config import (Config, ConfigError, apply_overrides, config_from_dict,
                                   config_to_yaml, load_config, parse_yaml_value)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import minitorch_gpu as mt
-from minitorch_gpu.config import DataConfig
+from minitorch_gpu.train.config import DataConfig
 from minitorch_gpu.data import (BatchSampler, BPETokenizer, CharTokenizer, build_tokenizer,
                                 cache_root, load_text, load_tokenizer, prepare, prepared_dir,
                                 source_fingerprint, token_dtype, tokenizer_from_json)

@@ -128,8 +128,8 @@ def test_the_averaged_gradient_is_the_gradient_of_both_batches_together(workdir)
 # --- the trainer --------------------------------------------------------------------------
 TRAINER_SCRIPT = """\
 import json, sys
-from minitorch_gpu.config import load_config
-from minitorch_gpu.trainer import Trainer
+from minitorch_gpu.train.config import load_config
+from minitorch_gpu.train.trainer import Trainer
 
 trainer = Trainer(load_config(sys.argv[1]), progress=False)
 trainer.fit()

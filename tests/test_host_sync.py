@@ -20,9 +20,9 @@ import minitorch_gpu as mt
 from minitorch_gpu import optim
 from minitorch_gpu.backend import get_backend
 from minitorch_gpu.backend.transfers import DeferredChecks
-from minitorch_gpu.config import load_config
+from minitorch_gpu.train.config import load_config
 from minitorch_gpu.data import BatchSampler
-from minitorch_gpu.trainer import Trainer, TrainingDiverged
+from minitorch_gpu.train.trainer import Trainer, TrainingDiverged
 from conftest import corpus_text
 
 F = mt.functional

@@ -8,7 +8,7 @@ import minitorch_gpu as mt
 import minitorch_gpu.nn as nn
 from minitorch_gpu.checkpoint import CheckpointError, save_checkpoint
 from minitorch_gpu.data import BPETokenizer, CharTokenizer
-from minitorch_gpu.inference import load_for_inference, resolve_checkpoint, stream_text
+from minitorch_gpu.pretrained.inference import load_for_inference, resolve_checkpoint, stream_text
 
 TEXT = "naïve café — 日本語のテキスト, emoji 🙂 and plain ascii.\n" * 20
 

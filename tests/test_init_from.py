@@ -14,9 +14,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from minitorch_gpu.checkpoint import load_checkpoint
-from minitorch_gpu.config import config_from_dict
+from minitorch_gpu.train.config import config_from_dict
 from minitorch_gpu.data.tokenizer import BPETokenizer
-from minitorch_gpu.trainer import Trainer, TrainingError
+from minitorch_gpu.train.trainer import Trainer, TrainingError
 from conftest import corpus_text
 
 C, LAYERS, HEADS, CONTEXT = 32, 2, 4, 32
@@ -151,7 +151,7 @@ def test_scratch_is_the_default_and_reads_no_source(tmp_path):
 
 
 def test_the_finetune_recipe_loads():
-    from minitorch_gpu.config import load_config
+    from minitorch_gpu.train.config import load_config
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" /
                       "finetune_shakespeare.yaml")
     assert cfg.model.init_from == "hf:gpt2"

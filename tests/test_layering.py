@@ -1,11 +1,15 @@
 """The package's layers, read from its import statements (ast; nothing is imported).
 
-DESIGN.md's rules as a test: each module belongs to one layer, and imports only from its
-own layer or the layers below; the backend imports neither tensor nor autograd; ops never
-import nn; nothing below the CLI imports the CLI. The one import circle allowed is the
-tensor <-> ops join: Tensor's operators and `backward()` call the ops and autograd's engine,
-which build their results as Tensors. Imports inside functions count: a lazy import is
-still a dependency.
+DESIGN.md's rules as a test, and the folders are the layers: the engine at the top level
+(Tensor and its method families, autograd, creation, amp, functional, testing, cuda) with
+ops/ beneath it and backend/ and system/ below; nn/ and optim/ on the engine; data/,
+checkpoint/, pretrained/ and distributed/ on those; the applications train/, profiler/ and
+bench/ on top; cli/ above all. Each module belongs to one layer and imports only from its
+own layer or the layers below; within a layer a folder imports another only where SIDEWAYS
+says so; the backend imports nothing outside itself; nothing below the CLI imports the CLI.
+The one import circle allowed is the tensor <-> ops join: Tensor's operators and
+`backward()` call the ops and autograd's engine, which build their results as Tensors.
+Imports inside functions count: a lazy import is still a dependency.
 """
 from __future__ import annotations
 
@@ -17,30 +21,32 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "minitorch_gpu"
 
-# Bottom up. A module's layer is that of the longest prefix listed here; a module in
-# none of them fails the test, so a new file is placed on purpose.
+# Bottom up, one entry per folder (or top-level module). A module's layer is that of its
+# top-level name; a module in none of them fails the test, so a new file is placed on purpose.
+ENGINE = ("from_python", "tensor", "tensor_math", "tensor_shape", "tensor_inplace", "autograd",
+          "ops", "amp", "creation", "functional", "testing", "cuda")
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("foundation", ("backend", "atomic", "run_lock", "cuda", "machine")),
-    ("engine", ("from_python", "tensor", "tensor_math", "tensor_shape", "tensor_inplace",
-                "autograd", "ops", "amp", "creation", "functional", "testing")),
+    ("foundation", ("backend", "system")),
+    ("engine", ENGINE),
     ("model", ("nn", "optim")),
-    ("run", ("config", "config_yaml", "interrupt", "data", "checkpoint", "memory", "model_arrays",
-             "distributed", "model_from_config",
-             "inference", "profiler", "trainer", "run_state", "run_directory", "plot_runs",
-             "tensorboard_log", "bench", "bench_table", "torch_reference", "pretrained")),
+    ("inputs and outputs", ("data", "checkpoint", "pretrained", "distributed")),
+    ("application", ("train", "profiler", "bench")),
     ("command line", ("cli", "__main__")),
 ]
 
+# Within a layer, the folders that may import another of the same layer (the engine's
+# modules are one unit and import each other freely). Every pair not listed is refused:
+# optim never imports nn, the profiler and the bench never the trainer, and so on.
+SIDEWAYS = {
+    ("system", "backend"): "the machine's ceilings are measured on a backend's device",
+    ("nn", "optim"): "CausalLM.configure_optimizers builds the model's AdamW (lazily)",
+    ("pretrained", "data"): "a pretrained model comes with its tokenizer",
+    ("pretrained", "checkpoint"): "from_pretrained reads this project's checkpoints too",
+    ("__main__", "cli"): "python -m minitorch_gpu runs the CLI",
+}
+
 # The tensor <-> ops join: the only imports that reach up, and the only circle.
 JOIN = ("tensor", "tensor_math", "tensor_shape", "tensor_inplace", "autograd", "ops")
-
-# Imports forbidden although the layers alone would allow them.
-FORBIDDEN = [
-    ("optim", "nn", "optim sits beside nn, not on it: it updates any tensors"),
-    ("profiler", "trainer", "the profiler builds its model from model_from_config"),
-    ("data", "trainer", "data knows nothing of the loop that reads it"),
-    ("checkpoint", "trainer", "checkpoints are files; the trainer uses them"),
-]
 
 
 def _module_name(path: Path) -> str:
@@ -104,8 +110,8 @@ def _in(name: str, prefixes) -> bool:
 
 def _layer(name: str) -> int:
     if not name:  # the package root: the public face (the engine, nn, optim and, imported
-        # when called, from_pretrained), which only the run layer and the CLI import
-        return [layer for layer, _ in LAYERS].index("run")
+        # when called, from_pretrained), which only the applications and the CLI import
+        return [layer for layer, _ in LAYERS].index("application")
     for rank, (_, prefixes) in enumerate(LAYERS):
         if _in(name, prefixes):
             return rank
@@ -180,11 +186,51 @@ def test_imports_look_down(name):
                         f"{', '.join(upward)}")
 
 
-@pytest.mark.parametrize("importer,imported,why", FORBIDDEN)
-def test_forbidden_imports(importer, imported, why):
+def _sideways() -> List[str]:
+    found = []
+    for name, targets in GRAPH.items():
+        if not name or _top(name) in ENGINE:
+            continue
+        for target in targets:
+            if (target and _top(target) != _top(name) and _layer(target) == _layer(name)
+                    and (_top(name), _top(target)) not in SIDEWAYS):
+                found.append(f"{name} imports {target}")
+    return sorted(found)
+
+
+def test_folders_in_a_layer_import_each_other_only_as_listed():
+    offenders = _sideways()
+    assert not offenders, (f"imports between folders of one layer that SIDEWAYS does not "
+                           f"allow: {'; '.join(offenders)}")
+
+
+def test_the_sideways_check_sees_a_sideways_import(monkeypatch):
+    # the check is real: a profiler module importing the trainer would be refused
+    monkeypatch.setitem(GRAPH, "profiler.costs", GRAPH["profiler.costs"] | {"train.trainer"})
+    assert _sideways() == ["profiler.costs imports train.trainer"]
+
+
+def test_only_the_cli_imports_the_cli():
     offenders = [f"{name} imports {target}" for name, targets in GRAPH.items()
-                 if _in(name, (importer,)) for target in targets if _in(target, (imported,))]
-    assert not offenders, f"{why}: {'; '.join(offenders)}"
+                 if name and not _in(name, ("cli", "__main__")) for target in targets
+                 if _in(target, ("cli",))]
+    assert not offenders, offenders
+
+
+def test_top_level_holds_the_engine_alone():
+    """The top level is the engine (and the package's face, __init__ and __main__); every
+    other layer is a folder, whose name says what it holds."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert set(top) <= set(ENGINE), f"top-level modules outside the engine: {set(top) - set(ENGINE)}"
+    assert len(top) <= 12, top
+
+
+def test_every_folder_says_what_it_holds_and_may_import():
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "layer" in doc and "import" in doc, (
+            f"{init.relative_to(PACKAGE)}: its docstring should say what it holds and what "
+            f"it may import")
 
 
 def test_backend_imports_nothing_above_it():

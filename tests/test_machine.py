@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from minitorch_gpu import machine
+from minitorch_gpu.system import machine
 
 PEAK = 1.25e11
 

@@ -25,10 +25,10 @@ from minitorch_gpu import cli, nn
 from minitorch_gpu.amp import autocast
 from minitorch_gpu.backend import cpu
 from minitorch_gpu.checkpoint import CheckpointError, save_checkpoint
-from minitorch_gpu.config import ConfigError, load_config
+from minitorch_gpu.train.config import ConfigError, load_config
 from minitorch_gpu.data import CharTokenizer
-from minitorch_gpu.inference import load_for_inference
-from minitorch_gpu.memory import (LIMIT_VARIABLE, MemoryLimit, MemoryLimitError, Workload,
+from minitorch_gpu.pretrained.inference import load_for_inference
+from minitorch_gpu.nn.memory import (LIMIT_VARIABLE, MemoryLimit, MemoryLimitError, Workload,
                                   check_gpt_arrays, check_memory, check_model_arrays,
                                   estimate_memory, format_bytes, gpt_parameter_count,
                                   gpt_state_count, gpt_state_shape, gpt_state_shapes,
@@ -184,7 +184,7 @@ def test_a_llama_of_a_billion_layers_is_counted_without_being_made():
 
 
 def test_a_workload_from_a_run_config_s_model_section_resolves_the_arch_defaults():
-    from minitorch_gpu.config import ModelConfig
+    from minitorch_gpu.train.config import ModelConfig
     section = ModelConfig(arch="llama", n_layer=2, n_head=4, n_embd=96, vocab_size=65)
     assert section.n_kv_head is None and section.ffn_hidden is None  # left to the arch
     work = workload("train", section, batch=2)
@@ -588,7 +588,7 @@ def test_an_allocation_past_the_ceiling_in_train_is_one_line(workdir):
 @pytest.mark.parametrize("command, target, argv", [
     ("generate", "minitorch_gpu.pretrained.load_pretrained", ["generate", "x.ckpt"]),
     ("prepare", "minitorch_gpu.data.prepare", ["prepare", "tiny.yaml"]),
-    ("bench", "minitorch_gpu.bench.run_bench", ["bench", "--quick", "--ignore-memory-check"]),
+    ("bench", "minitorch_gpu.bench.runner.run_bench", ["bench", "--quick", "--ignore-memory-check"]),
 ])
 def test_a_memory_error_in_any_command_is_one_line(workdir, monkeypatch, capsys, command,
                                                    target, argv):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from minitorch_gpu.cli import main
-from minitorch_gpu.config import ConfigError, config_from_dict
-from minitorch_gpu.plot_runs import MetricsError, read_run, read_runs
+from minitorch_gpu.train.config import ConfigError, config_from_dict
+from minitorch_gpu.train.plot_runs import MetricsError, read_run, read_runs
 from conftest import corpus_text
 
 CONFIG = """\

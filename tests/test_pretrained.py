@@ -25,8 +25,8 @@ from threadpoolctl import threadpool_limits
 import minitorch_gpu as mt
 from minitorch_gpu.checkpoint import save_checkpoint
 from minitorch_gpu.data import BPETokenizer, CharTokenizer
-from minitorch_gpu.memory import MemoryLimitError
-from minitorch_gpu.model_from_config import build_model
+from minitorch_gpu.nn.memory import MemoryLimitError
+from minitorch_gpu.nn.build import build_model
 from minitorch_gpu.nn import GPTConfig
 from minitorch_gpu.pretrained import Pretrained, PretrainedError, from_pretrained, \
     load_pretrained

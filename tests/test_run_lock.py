@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from minitorch_gpu.atomic import TEMPORARY_NAME, atomic_write, remove_leftover_temporaries
+from minitorch_gpu.system.atomic import TEMPORARY_NAME, atomic_write, remove_leftover_temporaries
 from minitorch_gpu.checkpoint import load_checkpoint
-from minitorch_gpu.config import load_config
-from minitorch_gpu.run_lock import LOCK_NAME, RunDirectoryInUse, lock_run_directory
+from minitorch_gpu.train.config import load_config
+from minitorch_gpu.train.run_lock import LOCK_NAME, RunDirectoryInUse, lock_run_directory
 from conftest import corpus_text, single_thread_environment
 
 CONFIG = """\
@@ -37,7 +37,7 @@ system: {{seed: 7, threads: 1}}
 GATED = """\
 import sys, time
 from pathlib import Path
-from minitorch_gpu.trainer import Trainer
+from minitorch_gpu.train.trainer import Trainer
 gate, step = Path(sys.argv[1]), Trainer._step
 
 def gated_step(self):
@@ -221,7 +221,7 @@ def test_the_cleanup_knows_the_name_atomic_write_writes_under(tmp_path):
         assert remove_leftover_temporaries(tmp_path) == (0, 0)  # its writer is this process
     killed = subprocess.Popen(
         [sys.executable, "-c", "import os, signal\n"
-                               "from minitorch_gpu.atomic import atomic_write\n"
+                               "from minitorch_gpu.system.atomic import atomic_write\n"
                                "with atomic_write('last.ckpt') as file:\n"
                                "    file.write(b'partial'); file.flush()\n"
                                "    os.kill(os.getpid(), signal.SIGKILL)"],

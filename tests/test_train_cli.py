@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from minitorch_gpu.checkpoint import load_checkpoint
-from minitorch_gpu.config import load_config
-from minitorch_gpu.trainer import Trainer, TrainingDiverged, TrainingError
+from minitorch_gpu.train.config import load_config
+from minitorch_gpu.train.trainer import Trainer, TrainingDiverged, TrainingError
 from conftest import corpus_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -378,7 +378,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_loadable(workdir, m
     """The saves at iteration 4 go through; at iteration 8 the writer dies after three
     arrays, mid-file: last.ckpt must still be iteration 4's, whole."""
     import minitorch_gpu.checkpoint.safetensors_file as checkpoint_file
-    import minitorch_gpu.trainer as trainer_module
+    import minitorch_gpu.train.trainer as trainer_module
     real_save, real_write = trainer_module.save_checkpoint, checkpoint_file._write_tensor
     written = {"n": 0}
 

@@ -3,6 +3,9 @@
 ``get_backend(device)`` returns the (cached) Backend for a device; ``manual_seed`` reseeds
 every backend, including those created later; ``get_rng_state``/``set_rng_state`` snapshot
 and restore every backend's random stream (a resumed run continues its dropout and sampling).
+
+Foundation layer: imports nothing of the package outside ``backend/`` (neither
+tensor nor autograd); every other layer may import it.
 """
 from __future__ import annotations
 

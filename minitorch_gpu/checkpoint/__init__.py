@@ -9,6 +9,9 @@ checked on load. ZIP checkpoints of formats 1 and 2 still load (legacy_zip.py).
 >>> save_checkpoint("out/last.ckpt", model.state_dict(), opt.state_dict(), {"iter": 500})
 >>> ckpt = load_checkpoint("out/last.ckpt")
 >>> model.load_state_dict(ckpt.model); opt.load_state_dict(ckpt.optimizer)
+
+Inputs-and-outputs layer: may import ``nn``/``optim``, the engine and the foundation;
+nothing beside it, and never ``train/``, ``profiler/``, ``bench/`` or the CLI above.
 """
 from .errors import CheckpointError
 from .layout import FORMAT, VERSION

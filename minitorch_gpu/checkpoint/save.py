@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Tuple, Union
 
-from ..atomic import atomic_write
+from ..system.atomic import atomic_write
 from .layout import TreePart, array_names, layout_metadata, model_tensors
 from .safetensors_file import dtype_name, write_safetensors
 from .tree import array_of, encode_keeping_arrays, to_host

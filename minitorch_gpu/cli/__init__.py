@@ -22,6 +22,8 @@ traceback, and exit code 1: the one log a run leaves is enough to find where it 
 Here the parser, the dispatch and what every command shares (Ctrl-C, a closed pipe, out of
 memory, the unexpected); each command's options and work in its own module: train.py
 (train, prepare), generate.py, export.py, profile.py, bench.py, plot.py.
+
+Command-line layer, the top: may import every layer below; nothing imports it.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..memory import check_workload, workload
+from ..nn.memory import check_workload, workload
 from .errors import error
 from .options import add_memory_argument
 
@@ -70,7 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _bench(args: argparse.Namespace) -> int:
     """Run the bench cases, one JSON line each, then the table; the exit code."""
     from ..backend import get_backend
-    from ..bench import TORCH_SIDES, format_table, parse_torch_sides, run_bench
+    from ..bench.runner import TORCH_SIDES, format_table, parse_torch_sides, run_bench
     for name in ("threads", "steps", "new_tokens", "generate_runs", "rounds"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -118,8 +118,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _memory_refusal(args: argparse.Namespace, backend) -> str:
     """Why a case of ``args`` would not fit in the memory ``backend`` has ("" if all do)."""
-    from ..memory import MemoryLimitError
-    from ..bench import case_config, case_shape
+    from ..nn.memory import MemoryLimitError
+    from ..bench.runner import case_config, case_shape
     tasks = [("train", None)] + ([] if args.no_generate or args.cprofile else
                                  [("generate", 1)])
     for case in args.case:

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ..memory import MemoryLimitError
+    from ..nn.memory import MemoryLimitError
     from ..pretrained import PretrainedError
     from ..pretrained.hf_export import export_hf
     try:

@@ -44,7 +44,7 @@ def _generate(args: argparse.Namespace) -> int:
     """Stream samples from the checkpoint to stdout; the exit code."""
     import minitorch_gpu as mt
     from ..backend import get_backend
-    from ..inference import stream_text
+    from ..pretrained.inference import stream_text
     from ..nn.sampling import check_sampling
 
     top_k = args.top_k or None
@@ -71,7 +71,7 @@ def _generate(args: argparse.Namespace) -> int:
                                      f"{exc.start})")
     else:
         prompt = "\n" if args.prompt is None else args.prompt
-    from ..memory import MemoryLimitError
+    from ..nn.memory import MemoryLimitError
     from ..pretrained import PretrainedError, load_pretrained
 
     try:  # the weights and the KV cache of a batch of one, checked before they are read

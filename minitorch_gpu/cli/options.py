@@ -26,7 +26,7 @@ def add_memory_argument(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The config ``args`` name, with their --set, --device and --resume applied."""
-    from ..config import load_config
+    from ..train.config import load_config
     overrides = list(args.overrides)
     if args.device:
         overrides.append(f"system.device={args.device}")

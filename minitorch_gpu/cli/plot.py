@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _plot(args: argparse.Namespace) -> int:
     """Draw the runs' metrics into one picture; the exit code."""
-    from ..plot_runs import PLOT_HINT, MetricsError, default_output, plot_runs, read_runs
+    from ..train.plot_runs import PLOT_HINT, MetricsError, default_output, plot_runs, read_runs
     try:
         import matplotlib  # noqa: F401 - before the runs are read
     except ImportError:

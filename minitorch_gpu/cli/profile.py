@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any, Optional
 
-from ..memory import check_workload, workload
+from ..nn.memory import check_workload, workload
 from .errors import EXIT_FAILED, error
 from .options import add_config_arguments, add_memory_argument, config_from_args
 
@@ -52,8 +52,8 @@ def _profile(args: argparse.Namespace) -> int:
     """Profile the model and print its table (and the files asked for); the exit code."""
     import minitorch_gpu as mt
     from ..checkpoint import CheckpointError
-    from ..config import ConfigError
-    from ..memory import MemoryLimitError
+    from ..train.config import ConfigError
+    from ..nn.memory import MemoryLimitError
     from ..profiler import PLOT_HINT, profile_model
     try:
         cfg = config_from_args(args)
@@ -147,15 +147,16 @@ def _model_to_profile(cfg, checkpoint: Optional[str], check_memory=None):
     ``check_memory(config, device, from_checkpoint)`` runs before it is built."""
     import minitorch_gpu as mt
     from ..backend import get_backend
-    from ..machine import set_num_threads
-    from ..model_from_config import build_model, gpt_config, weight_dtype
+    from ..system.machine import set_num_threads
+    from ..nn.build import build_model, weight_dtype
+    from ..train.model_from_config import gpt_config
     set_num_threads(cfg.system.threads)
     try:
         device = str(get_backend(cfg.system.device).device)
     except RuntimeError as exc:  # no CuPy, no such GPU: the message names the fix
         raise ValueError(f"system.device: {exc}") from None
     if checkpoint is not None:
-        from ..inference import load_for_inference
+        from ..pretrained.inference import load_for_inference
         memory = None if check_memory is None else \
             (lambda config, meta: check_memory(config, device, True))
         model, _, _ = load_for_inference(checkpoint, device, keep_padding=True,

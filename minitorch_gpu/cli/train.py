@@ -40,8 +40,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     """Train the config's model; the exit code."""
     from ..checkpoint import CheckpointError
-    from ..config import ConfigError
-    from ..trainer import Trainer, TrainingDiverged, TrainingError, TrainingRefused
+    from ..train.config import ConfigError
+    from ..train.trainer import Trainer, TrainingDiverged, TrainingError, TrainingRefused
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:
@@ -101,7 +101,7 @@ def _example_prompt(cfg, tokenizer) -> str:
 
 def _prepare(args: argparse.Namespace) -> int:
     """Tokenize the config's corpus into its cache; the exit code."""
-    from ..config import ConfigError
+    from ..train.config import ConfigError
     from ..data import prepare
     try:
         cfg = config_from_args(args)

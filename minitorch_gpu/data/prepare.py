@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..config import DataConfig
+from .config import DataConfig
 from .sources import cache_root, describe_source, load_text, source_fingerprint
 from .tokenizer import Tokenizer, build_tokenizer, load_tokenizer
 

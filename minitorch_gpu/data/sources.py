@@ -26,9 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..atomic import atomic_write
-from ..config import DataConfig
-from ..machine import cache_dir
+from ..system.atomic import atomic_write
+from .config import DataConfig
+from ..system.machine import cache_dir
 
 __all__ = ["cache_root", "describe_source", "load_text", "source_fingerprint",
            "text_file_paths", "stdlib_file_paths", "TINYSHAKESPEARE_URL",

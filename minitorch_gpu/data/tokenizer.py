@@ -19,7 +19,7 @@ from typing import Iterator, List, Sequence, Union
 import numpy as np
 import tokenizers as hf_tokenizers  # the Rust library on PyPI (this file is tokenizer.py)
 
-from ..config import DataConfig
+from .config import DataConfig
 
 __all__ = ["Tokenizer", "CharTokenizer", "BPETokenizer", "tokenizer_from_json",
            "load_tokenizer", "build_tokenizer", "END_OF_TEXT"]

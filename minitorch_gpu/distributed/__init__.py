@@ -22,6 +22,9 @@ A rank that fails must not leave the others waiting forever in a collective:
   the CLI), as does an uncaught exception;
 - every collective waits with a deadline (``system.dist_timeout_s``): a rank that hangs
   makes the others end the job when it passes.
+
+Inputs-and-outputs layer: may import ``nn``/``optim``, the engine and the foundation;
+nothing beside it, and never ``train/``, ``profiler/``, ``bench/`` or the CLI above.
 """
 from __future__ import annotations
 

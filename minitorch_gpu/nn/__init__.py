@@ -4,6 +4,9 @@
 >>> layer = nn.Linear(4, 3)
 >>> [name for name, _ in layer.named_parameters()]
 ['weight', 'bias']
+
+Model layer: may import the engine and the foundation; ``optim/`` beside it only
+lazily (``CausalLM.configure_optimizers``).
 """
 from . import functional, init, utils
 from .containers import ModuleDict, ModuleList, Sequential

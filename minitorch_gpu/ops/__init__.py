@@ -1,4 +1,9 @@
-"""The differentiable ops, one family per module; this package re-exports their functions."""
+"""The differentiable ops, one family per module; this package re-exports their functions.
+
+Engine layer, with the top-level modules (tensor and its method families, autograd,
+creation, amp, functional, testing, cuda): may import ``backend/`` and ``system/``, never
+``nn``; the tensor <-> ops join is the package's one import circle.
+"""
 from types import ModuleType as _ModuleType
 
 from .arithmetic import abs, add, clamp, div, maximum, minimum, mul, neg, pow, sub

@@ -10,6 +10,8 @@ that override its defaults), ``step()`` updates them in place from their ``.grad
 >>> loss.backward()
 >>> optim.clip_grad_norm_(model.parameters(), 1.0)
 >>> opt.step(); opt.zero_grad(); scheduler.step()
+
+Model layer, beside ``nn/``: may import the engine and the foundation, never ``nn``.
 """
 from .optimizer import Optimizer, weight_decay_groups
 from .sgd import SGD

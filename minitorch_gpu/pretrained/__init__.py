@@ -13,6 +13,10 @@ any GPT or Llama here), for ``source`` one of:
     model = mt.from_pretrained("hf:gpt2")
     loaded = load_pretrained("checkpoints/shakespeare_char")  # model, tokenizer, config
     export_hf("checkpoints/shakespeare_char", "out/shakespeare_hf")  # hf_export.py
+
+Inputs-and-outputs layer: may import ``data/`` and ``checkpoint/`` beside it, ``nn``/
+``optim``, the engine and the foundation; never ``train/``, ``profiler/``, ``bench/`` or the
+CLI above (``model.init_from``, which fills a run config in, is ``train/init_from.py``).
 """
 from __future__ import annotations
 
@@ -27,8 +31,8 @@ import numpy as np
 from ..backend import dtypes
 from ..checkpoint import CheckpointError
 from ..data.tokenizer import Tokenizer
-from ..memory import check_workload, workload
-from ..model_from_config import build_model
+from ..nn.memory import check_workload, workload
+from ..nn.build import build_model
 from ..nn import CausalLM, GPTConfig, init
 from .hf_config import PretrainedError
 from .hf_folder import load_folder_weights, read_folder
@@ -155,7 +159,7 @@ def _load_folder(source: str, path: Path, device: str, dtype: str,
 def _load_checkpoint(source: str, path: Path, device: str, dtype: Optional[str],
                      block_size: Optional[int], keep_padding: bool,
                      memory_check: Optional[MemoryCheck]) -> Pretrained:
-    from ..inference import load_for_inference, resolve_checkpoint
+    from .inference import load_for_inference, resolve_checkpoint
 
     def check(config: GPTConfig, meta: Dict[str, Any]) -> None:
         if memory_check is not None:  # the trainer keeps float32 weights for bf16 runs

@@ -17,7 +17,7 @@ from typing import Any, Dict, Union
 import ml_dtypes
 import numpy as np
 
-from ..atomic import atomic_write
+from ..system.atomic import atomic_write
 from ..checkpoint.safetensors_file import write_safetensors
 from ..data.tokenizer import END_OF_TEXT
 from . import load_pretrained

@@ -12,6 +12,9 @@ costs.py counts each layer's FLOPs and bytes from shapes; roofline.py holds the 
 ceilings and judges a layer against them; recording.py times module calls and backward
 nodes into a Recording (records.py); rows.py and summary.py turn a recording into rows and
 totals; table.py, trace.py and plot.py report them; driver.py is ``profile_model``.
+
+Application layer: may import the layers below (``nn``, the engine, ``system/``'s
+machine), never ``train/`` or ``bench/`` beside it nor the CLI above.
 """
 from .costs import Cost, register_cost
 from .driver import profile_model

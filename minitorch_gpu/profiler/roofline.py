@@ -36,7 +36,7 @@ class Roofline:
 
     @classmethod
     def measure(cls, device: str, dtype: Any) -> "Roofline":
-        from ..machine import copy_bandwidth, matmul_peak_flops
+        from ..system.machine import copy_bandwidth, matmul_peak_flops
         return cls(matmul_peak_flops(device, dtype), copy_bandwidth(device, dtype),
                    device, np.dtype(dtype).name)
 

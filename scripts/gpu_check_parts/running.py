@@ -17,7 +17,7 @@ from .definitions import (EMULATE_ENV, INJECTED_TIMEOUT_S, REPO, TEST_TIMEOUT_EN
 # mean nothing (nor does any speed on the emulated GPU); the steps read them as on a GPU
 SEED_CEILINGS = r"""
 import sys
-from minitorch_gpu import machine
+from minitorch_gpu.system import machine
 from minitorch_gpu.backend import dtypes
 path = machine.cache_dir() / "machine.json"
 for dtype in (dtypes.float32, dtypes.bfloat16):

@@ -16,8 +16,8 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tup
 
 import numpy as np
 
-from .backend import dtypes
-from .nn.lm_config import llama_ffn_hidden
+from ..backend import dtypes
+from .lm_config import llama_ffn_hidden
 
 __all__ = ["Shape", "model_shape", "model_state_shapes", "model_state_shape",
            "model_state_count", "model_parameter_count", "check_model_arrays",

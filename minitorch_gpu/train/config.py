@@ -31,7 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import yaml
 
 from .config_yaml import Loader, parse_yaml_value, yaml_error_text
-from .nn.lm_config import ARCHS, GPTConfig, check_arch_fields
+from ..data.config import DataConfig
+from ..nn.lm_config import ARCHS, GPTConfig, check_arch_fields
 
 __all__ = ["Config", "ConfigError", "ModelConfig", "DataConfig", "TrainConfig", "EvalConfig",
            "CheckpointConfig", "SystemConfig", "LoggingConfig", "load_config",
@@ -56,25 +57,6 @@ class ModelConfig(GPTConfig):
 
     def __post_init__(self) -> None:
         """Not GPTConfig's checks: ``validate``'s, naming each key as YAML spells it."""
-
-
-@dataclass
-class DataConfig:
-    """Where the text comes from and how it becomes tokens."""
-
-    source: str = "tinyshakespeare"  # text_files | python_stdlib | tinyshakespeare | hf_dataset
-    path: Union[str, List[str], None] = None  # text_files: a file or glob (or a list); tinyshakespeare: a local copy; hf_dataset: a local file or load_from_disk folder
-    paths: List[str] = field(default_factory=list)  # text_files: more files or globs
-    dataset: Optional[str] = None  # hf_dataset: the dataset name on the hub (e.g. "roneneldan/TinyStories")
-    dataset_config: Optional[str] = None  # hf_dataset: the dataset's configuration name, if any
-    split: str = "train"  # hf_dataset: the split to read
-    text_field: str = "text"  # hf_dataset: the column holding the text
-    max_chars: Optional[int] = None  # use only the first max_chars characters of the corpus (null: all)
-    tokenizer: str = "char"  # char (vocabulary from the corpus) | bpe (byte-level, trained) | file
-    vocab_size: int = 4096  # bpe: the vocabulary to train to
-    tokenizer_path: Optional[str] = None  # tokenizer: file: a tokenizer.json to load
-    val_fraction: float = 0.1  # the last fraction of the corpus held out for validation
-    cache_dir: Optional[str] = None  # prepared tokens and downloads; null: $MINITORCH_GPU_CACHE or ~/.cache/minitorch_gpu
 
 
 @dataclass

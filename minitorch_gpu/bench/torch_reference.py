@@ -30,8 +30,8 @@ import torch
 from torch import nn as tnn
 from torch.nn import functional as tF
 
-from .nn import CausalLM, GPTConfig
-from .tensor import Tensor
+from ..nn import CausalLM, GPTConfig
+from ..tensor import Tensor
 
 __all__ = ["ATTENTION_FORMS", "TorchBlock", "TorchCausalLM", "TorchGPT", "TorchKVCache",
            "TorchLlama", "TorchLlamaLayer", "TorchRMSNorm", "causal_attention", "to_torch",

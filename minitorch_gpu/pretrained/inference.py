@@ -13,13 +13,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
-from .backend import dtypes
-from .checkpoint import CheckpointError, load_checkpoint
-from .creation import tensor
-from .data import tokenizer_from_json
-from .memory import check_model_arrays
-from .model_from_config import DTYPES, build_model
-from .nn import CausalLM, GPTConfig
+from ..backend import dtypes
+from ..checkpoint import CheckpointError, load_checkpoint
+from ..creation import tensor
+from ..data import tokenizer_from_json
+from ..nn.memory import check_model_arrays
+from ..nn.build import DTYPES, build_model
+from ..nn import CausalLM, GPTConfig
 
 __all__ = ["checkpoint_model", "resolve_checkpoint", "load_for_inference", "stream_text"]
 

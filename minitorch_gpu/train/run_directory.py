@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from .atomic import atomic_write, remove_leftover_temporaries
+from ..system.atomic import atomic_write, remove_leftover_temporaries
 from .config import Config
 from .run_lock import RunDirectoryInUse, RunLock, lock_run_directory
 from .tensorboard_log import TensorBoardLog

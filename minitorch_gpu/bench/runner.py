@@ -68,7 +68,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from .bench_table import format_table
+from .table import format_table
 
 __all__ = ["CASES", "GPU_CASES", "TORCH_SIDES", "run_bench", "format_table",
            "parse_torch_sides", "torch_available"]
@@ -181,7 +181,7 @@ def _build(side: str, shape: Dict[str, Any], device: str):
         return ours, ours, optimizer, batches, flops, parameters
     import torch
 
-    from minitorch_gpu.torch_reference import TorchGPT, TorchLlama, torch_adamw
+    from minitorch_gpu.bench.torch_reference import TorchGPT, TorchLlama, torch_adamw
     reference = TorchLlama if config.arch == "llama" else TorchGPT
     model = reference.from_ours(ours, "explicit" if side == "torch-explicit" else "sdpa")
     del ours
@@ -201,14 +201,14 @@ def measure_peak(threads: Optional[int], device: str = "cpu",
     import numpy as np
 
     from minitorch_gpu.backend import _cupy, dtypes, get_backend
-    from minitorch_gpu.machine import _measure_matmul, set_num_threads
+    from minitorch_gpu.system.machine import _measure_matmul, set_num_threads
     set_num_threads(threads)
     device = str(get_backend(device).device)
     on_cpu = device == "cpu"
     dtype = dtypes.bfloat16 if bf16 and not on_cpu else np.float32
     # the emulated GPU: a small product (its rate means nothing; 8192 takes minutes there)
     n, repeats = (2048, 8) if on_cpu else (256, 2) if _cupy.EMULATED else (8192, 10)
-    from minitorch_gpu.machine import libraries
+    from minitorch_gpu.system.machine import libraries
     return {"case": "matmul_peak", "threads": threads, "device": device,
             "dtype": "bf16" if dtype == dtypes.bfloat16 else "float32",
             "gflop_per_s": _measure_matmul(device, dtype, n, repeats) / 1e9,
@@ -220,7 +220,7 @@ def measure(side: str, case: str, threads: Optional[int], steps: int, warmup: in
             generate: bool = True, cprofile: int = 0) -> Dict[str, Any]:
     """One case on one side, in this process: what ``run_bench`` prints for it."""
     import minitorch_gpu as mt
-    from minitorch_gpu.machine import libraries, set_num_threads
+    from minitorch_gpu.system.machine import libraries, set_num_threads
     set_num_threads(threads)
     if side not in OUR_SIDES:
         import torch
@@ -328,7 +328,7 @@ def _run_child(what: str, **spec: Any) -> Dict[str, Any]:
     env = dict(os.environ)
     if spec["threads"] is not None:  # BLAS libraries read these once, when they load
         env.update({name: str(spec["threads"]) for name in THREAD_VARIABLES})
-    done = subprocess.run([sys.executable, "-m", "minitorch_gpu.bench", what, json.dumps(spec)],
+    done = subprocess.run([sys.executable, "-m", "minitorch_gpu.bench.runner", what, json.dumps(spec)],
                           env=env, capture_output=True, text=True)
     name = " ".join(str(spec[k]) for k in ("side", "case") if k in spec) or what
     if done.returncode != 0 and spec.get("side", "minitorch") not in OUR_SIDES:

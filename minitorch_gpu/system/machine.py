@@ -21,8 +21,8 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from .atomic import atomic_write
-from .backend import dtypes, get_backend
-from .backend._cupy import EMULATED  # the emulated GPU: small sizes (its rates mean
+from ..backend import dtypes, get_backend
+from ..backend._cupy import EMULATED  # the emulated GPU: small sizes (its rates mean
 # nothing, and a GPU's 8192 product takes minutes there)
 
 __all__ = ["cache_dir", "copy_bandwidth", "describe_libraries", "libraries",
@@ -51,7 +51,7 @@ def set_num_threads(threads: Optional[int]) -> None:
         return
     from threadpoolctl import threadpool_limits
 
-    from .backend.threads import set_cpu_threads
+    from ..backend.threads import set_cpu_threads
     threadpool_limits(limits=int(threads))
     set_cpu_threads(int(threads))
 
@@ -180,7 +180,7 @@ def libraries() -> Dict[str, Any]:
 
     from threadpoolctl import threadpool_info
 
-    from .backend.threads import cpu_threads
+    from ..backend.threads import cpu_threads
     found: Dict[str, Any] = {
         "numpy": np.__version__,
         "pools": [{key: info.get(key) for key in ("user_api", "internal_api", "version",

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, read_checkpoint_meta
+from ..checkpoint import Checkpoint, CheckpointError, load_checkpoint, read_checkpoint_meta
 from .config import Config
-from .memory import check_model_arrays
-from .model_from_config import DTYPES
-from .nn import GPTConfig
+from ..nn.memory import check_model_arrays
+from ..nn.build import DTYPES
+from ..nn import GPTConfig
 
 __all__ = ["ResumeRefused", "TrainResult", "TrainingDiverged", "TrainingError",
            "TrainingRefused", "check_resumable", "check_same_tokenizer", "checkpoint_meta",

@@ -6,7 +6,8 @@ clipped, an AdamW step at the learning rate of the warm-up + cosine schedule, an
 gradients cleared. Every ``eval.interval`` iterations (and at the last) the mean loss of
 ``eval.iters`` batches of each split is measured and checkpoints are written.
 
-The run directory (``run_directory.py``) is locked while ``fit`` runs. Checkpoint writes are
+What the loop runs on is built first (``setup.py``: the ranks, the device, the
+samplers). The run directory (``run_directory.py``) is locked while ``fit`` runs. Checkpoint writes are
 atomic (``checkpoint/``); a resumed run restores every random stream (``run_state.py``),
 so with the same seed it reproduces the loss curve of an uninterrupted run.
 
@@ -34,26 +35,26 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import backend as backend_module
-from . import distributed
-from .amp import autocast
-from .atomic import atomic_copy
-from .autograd import no_grad
-from .backend import dtypes, get_backend, manual_seed
-from .checkpoint import CheckpointError, save_checkpoint
+from .. import backend as backend_module
+from ..amp import autocast
+from ..autograd import no_grad
+from ..backend import dtypes, manual_seed
+from ..checkpoint import CheckpointError, save_checkpoint
+from ..data import prepare
+from ..distributed import rank_seed
+from ..nn.build import build_model, weight_dtype
+from ..nn.memory import MemoryLimitError
+from ..optim import clip_grad_norm_, constant_lr, cosine_lr
+from ..system.atomic import atomic_copy
+from ..system.machine import matmul_peak_flops, set_num_threads
 from .config import Config, ConfigError, config_to_yaml
-from .data import BatchSampler, describe_source, prepare
-from .distributed import rank_seed
 from .interrupt import StopOnInterrupt
-from .machine import matmul_peak_flops, set_num_threads
-from .memory import MemoryLimitError
-from .model_from_config import build_model, check_training_memory, gpt_config, weight_dtype
-from .optim import clip_grad_norm_, constant_lr, cosine_lr
-from .pretrained.init_from import describe as describe_init, start_from
+from .model_from_config import check_training_memory, gpt_config
 from .run_directory import MetricsLog, RunDirectory, run_directory
 from .run_state import (ResumeRefused, TrainingDiverged, TrainingError, TrainingRefused,
                         TrainResult, checkpoint_meta, load_optimizer_moments, load_resumable,
                         resumed_progress)
+from .setup import batch_samplers, join_world, open_backend, pretrained_start
 from .tensorboard_log import TENSORBOARD_HINT, tensorboard_available
 
 __all__ = ["Trainer", "TrainingDiverged", "TrainingError", "TrainingRefused"]
@@ -109,11 +110,7 @@ class Trainer:
 
     def _build(self) -> None:
         cfg = self.cfg
-        try:
-            self.group = distributed.world(cfg.system.dist_timeout_s)
-        except RuntimeError as exc:  # started by mpiexec without mpi4py
-            raise TrainingError(str(exc)) from None
-        group = self.group
+        self.group = group = join_world(cfg)
         if not group.is_main:
             self.log, self.progress = _silent, False
         self._claim_run_dir()  # before minutes of data preparation
@@ -122,17 +119,9 @@ class Trainer:
         self.dtype = weight_dtype(cfg.system.dtype)
         mixed = cfg.system.dtype == "bf16"
         self.precision = autocast("bf16", enabled=mixed)  # the forward passes run in it
-        try:
-            self.backend = get_backend(group.rank_device(cfg.system.device))
-        except (RuntimeError, ValueError) as exc:  # no CuPy, no GPU, too few GPUs for the ranks
-            raise TrainingError(f"system.device: {exc}") from None
+        self.backend = open_backend(cfg, group)
         self.device = str(self.backend.device)
-        try:  # model.init_from: the source's shape and tokenizer fill the config in
-            self.init = start_from(cfg)
-        except ValueError as exc:  # ConfigError, PretrainedError: one line each
-            raise TrainingError(str(exc)) from None
-        if self.init is not None:
-            self.log(describe_init(self.init))
+        self.init = pretrained_start(cfg, self.log)  # model.init_from fills the config in
         self._check_memory(None)  # before minutes of data preparation, the vocabulary unknown
 
         # rank 0 measures the peak and tokenizes the corpus into the cache first; the other
@@ -166,25 +155,9 @@ class Trainer:
         self.optimizer = self.model.configure_optimizers(
             t.weight_decay, t.lr, (t.beta1, t.beta2), eps=t.eps)
 
-        seed, T = cfg.system.seed, m.block_size
-        eval_batch = cfg.eval.batch_size or t.batch_size
-        train_tokens, val_tokens = self.data.train_tokens(), self.data.val_tokens()
-        for split, tokens in (("train", train_tokens), ("val", val_tokens)):
-            if len(tokens) < T + 1:
-                raise TrainingError(
-                    f"data: the corpus is too short for one window: "
-                    f"{describe_source(cfg.data)}: the {split} split has {len(tokens)} "
-                    f"tokens, fewer than model.block_size + 1 = {T + 1}: use a larger corpus "
-                    f"or a smaller model.block_size")
-        self.sampler = BatchSampler(train_tokens, T, t.batch_size, rank_seed(seed, group.rank),
-                                    self.device)
-        # every evaluation scores the same batches (a fresh sampler of a fixed seed), so
-        # successive evaluations differ only by the model, and never move the training stream
-        self.eval_samplers = {
-            "train": lambda: BatchSampler(train_tokens, T, eval_batch, seed + 1, self.device),
-            "val": lambda: BatchSampler(val_tokens, T, eval_batch, seed + 2, self.device),
-        }
-        self.tokens_per_iter = t.batch_size * t.grad_accum_steps * T * group.world_size
+        self.sampler, self.eval_samplers = batch_samplers(cfg, self.data, group.rank,
+                                                          self.device)
+        self.tokens_per_iter = t.batch_size * t.grad_accum_steps * m.block_size * group.world_size
 
     def lr_at(self, it: int) -> float:
         t = self.cfg.train

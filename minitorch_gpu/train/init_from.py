@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..atomic import atomic_write
+from ..system.atomic import atomic_write
 from ..checkpoint import CheckpointError, load_checkpoint, read_checkpoint_meta
-from ..config import Config, ConfigError
+from .config import Config, ConfigError
 from ..data.sources import cache_root
 from ..data.tokenizer import Tokenizer
 from ..nn import CausalLM, GPTConfig
-from . import resolve_source
-from .hf_config import PretrainedError
-from .hf_folder import HFFolder, load_folder_weights, read_folder
+from ..pretrained import resolve_source
+from ..pretrained.hf_config import PretrainedError
+from ..pretrained.hf_folder import HFFolder, load_folder_weights, read_folder
 
 __all__ = ["InitSource", "SCRATCH", "start_from"]
 
@@ -108,7 +108,7 @@ def _read_source(source: str) -> InitSource:
             raise PretrainedError(f"{path}: has no tokenizer (tokenizer.json, or vocab.json "
                                   f"and merges.txt); training needs the source's tokenizer")
         return InitSource(source, folder.config, folder.tokenizer, path, folder)
-    from ..inference import checkpoint_model, resolve_checkpoint
+    from ..pretrained.inference import checkpoint_model, resolve_checkpoint
     try:
         file = resolve_checkpoint(path)
         config, tokenizer = checkpoint_model(read_checkpoint_meta(file), file)

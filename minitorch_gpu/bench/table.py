@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from .machine import describe_libraries
+from ..system.machine import describe_libraries
 
 __all__ = ["format_table"]
 

@@ -1,7 +1,8 @@
-"""The model a run config describes: config section -> model config -> model.
+"""The model a run config describes: config section -> model config (the model itself is
+``nn.build``'s ``build_model``).
 
-The trainer, the CLI's profile command and inference build their model (a GPT or a
-Llama, by model.arch) here, so a config means the same model everywhere::
+The trainer and the CLI's profile command read their model's shape here, so a config means
+the same model everywhere::
 
     config = gpt_config(cfg.model, tokenizer.vocab_size)  # a GPTConfig
     model = build_model(config, weight_dtype(cfg.system.dtype), cfg.system.device)
@@ -11,23 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from .backend import dtypes
+from ..nn import GPTConfig
+from ..nn.memory import check_workload, workload
 from .config import Config, ConfigError, ModelConfig
-from .memory import check_workload, workload
-from .nn import CausalLM, GPTConfig, model_for
 
-__all__ = ["DTYPES", "build_model", "check_training_memory", "gpt_config", "weight_dtype"]
-
-# the weights' dtype per system.dtype: bf16 mixed precision keeps float32 master weights
-# (and optimizer state) and runs the matrix products in bf16 under autocast
-DTYPES = {"float32": dtypes.float32, "float64": dtypes.float64, "bf16": dtypes.float32}
-
-
-def weight_dtype(name: str) -> Any:
-    """The weights' dtype for a ``system.dtype`` (float32 for bf16 mixed precision)."""
-    if name not in DTYPES:
-        raise ValueError(f"system.dtype: expected one of {', '.join(DTYPES)}, got {name!r}")
-    return DTYPES[name]
+__all__ = ["check_training_memory", "gpt_config"]
 
 
 def gpt_config(model: ModelConfig, tokenizer_vocab: Optional[int]) -> GPTConfig:
@@ -46,14 +35,6 @@ def gpt_config(model: ModelConfig, tokenizer_vocab: Optional[int]) -> GPTConfig:
                           f"vocabulary ({tokenizer_vocab}); set it to null")
     shape = {f.name: getattr(model, f.name) for f in dataclasses.fields(GPTConfig)}
     return GPTConfig(**{**shape, "vocab_size": vocab_size})
-
-
-def build_model(config: GPTConfig, dtype: Any = dtypes.float32,
-                device: Any = "cpu") -> CausalLM:
-    """The model of ``config`` (a GPT or a Llama, by ``config.arch``), initialised from the
-    current seed, its weights in ``dtype`` (cast where they are made) and then moved to
-    ``device``."""
-    return model_for(config).to(dtype).to(device)
 
 
 def check_training_memory(cfg: Config, vocab_size: Optional[int], backend: Any,

@@ -81,7 +81,7 @@ from .model_arrays import (Shape, check_gpt_arrays, check_model_arrays, format_b
                            gpt_parameter_count, gpt_state_count, gpt_state_shape,
                            gpt_state_shapes, model_parameter_count, model_shape,
                            model_state_count, model_state_shape, model_state_shapes)
-from .ops.attention import DENSE_MAX_BYTES, TILED_FROM
+from ..ops.attention import DENSE_MAX_BYTES, TILED_FROM
 
 __all__ = ["Workload", "MemoryEstimate", "MemoryLimit", "MemoryLimitError",
            "estimate_memory", "memory_limit", "check_memory", "workload", "check_workload",
