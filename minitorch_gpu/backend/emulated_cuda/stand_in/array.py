@@ -22,6 +22,7 @@ import numpy as np
 from .. import memory
 from . import cuda
 from .indexing import wrapped_key
+from .ufunc_types import resolve_reduction
 from .signatures import check_call
 
 host_reads = [0]  # device-to-host copies made through the stand-in, ever
@@ -327,7 +328,6 @@ def has_masks(key: Any) -> bool:
 def reduction_input(name: str, view: np.ndarray, dtype: Any) -> np.ndarray:
     """``view`` as CuPy's reduction ``name`` reads it: cast to its loop's input dtype (a
     bool sum runs in int64), or CuPy's TypeError where it has no loop (a bf16 any)."""
-    from .ufunc_types import resolve_reduction
     loop = resolve_reduction(name, view.dtype, dtype)
     if loop is None or dtype is not None or loop.in_dtypes[0] == view.dtype:
         return view

@@ -63,11 +63,12 @@ class ufunc:
             views = unwrap((outputs,) if single else tuple(outputs), device)
             self._numpy(*inputs, out=views, casting=casting, **kwargs)
             return outputs
-        result = self._numpy(*inputs, casting="unsafe", **kwargs)
-        results = result if isinstance(result, tuple) else (result,)
-        results = tuple(np.asarray(r).astype(t, copy=False) for r, t in
-                        zip(results, loop.out_dtypes))
-        return wrap(results if isinstance(result, tuple) else results[0])
+        # the results written straight into new device buffers of the loop's output types
+        shape = np.broadcast_shapes(*(np.shape(x) for x in inputs))
+        results = tuple(memory.empty(shape, t) for t in loop.out_dtypes)
+        self._numpy(*inputs, out=results, casting="unsafe", **kwargs)
+        arrays = tuple(ndarray._of(r, device) for r in results)
+        return arrays if len(arrays) > 1 else arrays[0]
 
 
 UFUNCS = (

@@ -25,16 +25,14 @@ import json
 import os
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-import ml_dtypes
 import numpy
+
+from ...dtypes import bfloat16, bool_, float64, int64
 
 TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cupy_tables.json")
 
-BFLOAT16 = numpy.dtype(ml_dtypes.bfloat16)
-_BOOL = numpy.dtype(numpy.bool_)
-_INT64 = numpy.dtype(numpy.int64)
+BFLOAT16, _BOOL, _INT64, _FLOAT64 = bfloat16, bool_, int64, float64
 _UINT64 = numpy.dtype(numpy.uint64)
-_FLOAT64 = numpy.dtype(numpy.float64)
 _COMPLEX128 = numpy.dtype(numpy.complex128)
 
 
