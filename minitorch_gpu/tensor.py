@@ -19,6 +19,10 @@ import numpy as np
 
 from .backend import Backend, Device, cpu, dtypes, get_backend
 
+# capture.py's recorder while a function is being captured (Tensor._make, _bump and
+# numpy() tell it what happens outside an op); None otherwise, one test per tensor
+_capture_hook: Any = None
+
 Shape = tuple
 
 
@@ -53,6 +57,8 @@ class Tensor:
         t._backend = backend
         t._version = [0]  # shared by views; bumped by in-place ops
         t._accumulator = None  # the AccumulateGrad node of a leaf, made on first use
+        if _capture_hook is not None:  # capture.py's, while a function is being captured
+            _capture_hook.made(t)
         return t
 
     # --- metadata -----------------------------------------------------------------------
@@ -151,6 +157,8 @@ class Tensor:
                                "use tensor.detach().numpy()")
         if self.is_cuda:
             raise TypeError(f"numpy: the tensor is on {self.device}; use tensor.cpu().numpy()")
+        if _capture_hook is not None:  # a host read, though the memory is shared
+            _capture_hook.host_read(self._backend)
         return self.data
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
@@ -251,6 +259,8 @@ class Tensor:
         return self
 
     def _bump(self) -> "Tensor":
+        if _capture_hook is not None:  # an in-place update outside an op: refused there
+            _capture_hook.updated(self)
         self._version[0] += 1
         return self
 

@@ -104,6 +104,9 @@ class Backend:
     # current device. ``on_device()`` is the way to enter it; the per-op hot path
     # (Function.apply) tests it for None instead, so the CPU pays no `with` per op.
     _cuda_device: Any = None
+    # capture.py's recorder while a function is being captured: host reads and random
+    # draws outside an op are refused (a replay would repeat their captured values)
+    capture_hook: ClassVar[Any] = None
 
     def __init__(self, seed: int = DEFAULT_SEED) -> None:
         self.host_reads = 0  # calls of to_numpy: the device-to-host reads Python made
@@ -141,6 +144,8 @@ class Backend:
         to look at (``item``, ``tolist``, ``float()``, printing, checkpoints), counted in
         ``host_reads``. On a GPU it waits for the queued work. The checks deferred on the
         device are read along with it, and one that failed raises here."""
+        if Backend.capture_hook is not None:  # refused outside an op while capturing
+            Backend.capture_hook.host_read(self)
         self.host_reads += 1
         host = self._to_host(array)
         if self._deferred_checks:
@@ -300,6 +305,11 @@ class Backend:
             raise ValueError(f"{cls.__name__}.set_rng_state: expected {key!r} to be an int in "
                              f"[{low}, {high}), got {got}")
         return value
+
+    def _drawing(self, what: str) -> None:
+        """Called by every random draw: refused outside an op while capturing."""
+        if Backend.capture_hook is not None:
+            Backend.capture_hook.random_draw(self, what)
 
     def randn(self, shape: tuple, dtype: np.dtype) -> Any:
         raise NotImplementedError

@@ -433,16 +433,19 @@ class CupyBackend(Backend):
             self._rng = type(self._rng)(bit_generator)
 
     def randn(self, shape: tuple, dtype: np.dtype) -> Any:
+        self._drawing("randn")
         draw = self._float_for_random(dtype)
         with self._cuda_device:
             return self._rng.standard_normal(shape, dtype=draw).astype(dtype, copy=False)
 
     def rand(self, shape: tuple, dtype: np.dtype) -> Any:
+        self._drawing("rand")
         draw = self._float_for_random(dtype)
         with self._cuda_device:
             return self._rng.random(shape, dtype=draw).astype(dtype, copy=False)
 
     def randint(self, low: int, high: int, shape: tuple, dtype: np.dtype) -> Any:
+        self._drawing("randint")
         with self._cuda_device:
             return self._rng.integers(low, high, size=shape, dtype=dtype)
 

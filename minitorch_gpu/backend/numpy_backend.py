@@ -123,14 +123,17 @@ class NumpyBackend(Backend):
         self._rng = np.random.Generator(bit_generator)
 
     def randn(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        self._drawing("randn")
         draw = self._float_for_random(dtype)
         return self._rng.standard_normal(shape, dtype=draw).astype(dtype, copy=False)
 
     def rand(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        self._drawing("rand")
         draw = self._float_for_random(dtype)
         return self._rng.random(shape, dtype=draw).astype(dtype, copy=False)
 
     def randint(self, low: int, high: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        self._drawing("randint")
         return self._rng.integers(low, high, size=shape, dtype=dtype)
 
     def memory_stats(self) -> dict:

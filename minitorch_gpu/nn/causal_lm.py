@@ -12,56 +12,15 @@ from typing import Iterator, Optional, Tuple
 
 from ..autograd import is_grad_enabled, no_grad
 from ..backend import dtypes
-from ..creation import zeros
 from ..ops import cat
 from ..tensor import Tensor
+from .decoder import decoder_for
+from .kv_cache import KVCache
 from .lm_config import GPTConfig
 from .module import Module
 from .sampling import check_sampling, sample_next_token
 
 __all__ = ["CausalLM", "KVCache"]
-
-
-class KVCache:
-    """Keys and values of every layer for the positions processed so far, in buffers of
-    ``block_size`` positions allocated once: (B, n_kv_head, block_size, head_dim) per
-    layer (a grouped-query model caches its n_kv_head heads, not the query's n_head).
-
-    ``model.forward(idx, kv_cache=cache)`` runs ``idx`` as the positions after the cached
-    ones and appends their keys and values (``ops.attention_heads``: cached_causal_attention
-    for a GPT, cached_grouped_attention for a Llama).
-    """
-
-    def __init__(self, config: GPTConfig, batch_size: int, device: object = "cpu",
-                 dtype: object = dtypes.float32) -> None:
-        shape = (batch_size, config.kv_heads, config.block_size, config.head_dim)
-        self.keys = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.values = [zeros(shape, device=device, dtype=dtype) for _ in range(config.n_layer)]
-        self.shape = shape  # (B, n_kv_head, capacity, head_dim) of every layer's buffers
-        self.n_layer = config.n_layer
-        self.arch = config.arch  # a Llama's cached keys are rotated, a GPT's are not
-        self.capacity = config.block_size
-        self.batch_size = batch_size
-        self.length = 0  # positions held
-
-    def check_fits(self, config: GPTConfig, batch: int, new: int,
-                   where: str = "forward") -> None:
-        """ValueError (naming ``where``) unless this cache was made for a model of
-        ``config`` and a batch of ``batch`` sequences, and has room for ``new`` more
-        positions."""
-        expected = (self.arch, self.n_layer, self.shape[1], self.shape[3], self.capacity)
-        actual = (config.arch, config.n_layer, config.kv_heads, config.head_dim,
-                  config.block_size)
-        if expected != actual:
-            raise ValueError(f"{where}: the kv_cache was made for arch, n_layer, n_kv_head, "
-                             f"head_dim, block_size = {expected}, the model has {actual}")
-        if batch != self.batch_size:
-            raise ValueError(f"{where}: the kv_cache holds {self.batch_size} sequences, "
-                             f"idx has {batch}")
-        if self.length + new > self.capacity:
-            raise ValueError(f"{where}: the kv_cache is full: it holds {self.length} of "
-                             f"{self.capacity} positions and {new} more do not fit (start a "
-                             f"new cache with the last tokens, as generate does)")
 
 
 class CausalLM(Module):
@@ -126,8 +85,36 @@ class CausalLM(Module):
             x = x[:, -1:, :]  # (B, 1, C): the only position generation needs
         return self.lm_head(x), None
 
-    def _hidden(self, idx: Tensor, start: int, kv_cache: Optional[KVCache]) -> Tensor:
+    def _hidden(self, idx: Tensor, start: "int | Tensor",
+                kv_cache: Optional[KVCache]) -> Tensor:
         raise NotImplementedError
+
+    def decode_step(self, token: Tensor, position: Tensor, kv_cache: KVCache) -> Tensor:
+        """The logits (B, V) after one new token per sequence, ``token`` (B, 1), at
+        ``position``, a (1,) int64 tensor on the model's device: its keys and values are
+        written into ``kv_cache`` at that position and it attends over positions 0 ..
+        position (the later slots masked off). Every call has the same shapes and reads
+        its position from a tensor, so it can be captured (``nn.decoder``); the cache's
+        ``length`` is the caller's to advance. Inference only (under no_grad)."""
+        name = type(self).__name__
+        self._check_ids(token, "token")
+        if token.shape[1] != 1:
+            raise ValueError(f"{name}.decode_step: expected one token per sequence, (B, 1), "
+                             f"got shape {tuple(token.shape)}")
+        if is_grad_enabled():
+            raise RuntimeError(f"{name}.decode_step: a KV cache is for inference; run under "
+                               f"no_grad() (generate does)")
+        if not isinstance(position, Tensor):
+            raise TypeError(f"{name}.decode_step: position must be a (1,) int64 tensor, got "
+                            f"{type(position).__name__} (a Python int would be frozen into "
+                            f"a capture)")
+        kv_cache.check_fits(self.config, token.shape[0], 0, f"{name}.decode_step")
+        kv_cache.position = position
+        try:
+            x = self._hidden(token, position, kv_cache)  # (B, 1, C)
+        finally:
+            kv_cache.position = None
+        return self.lm_head(x).squeeze(1)  # (B, V)
 
     def crop_block_size(self, block_size: int) -> None:
         """Shrink the context to ``block_size`` positions, as nanoGPT does to fine-tune a
@@ -157,7 +144,8 @@ class CausalLM(Module):
     @no_grad()
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
                  top_k: Optional[int] = None, top_p: Optional[float] = None,
-                 use_cache: bool = True, window_shift: int = 1) -> Tensor:
+                 use_cache: bool = True, window_shift: int = 1,
+                 capture: bool = True) -> Tensor:
         """Extend ``idx`` (B, T) by ``max_new_tokens`` sampled tokens: (B, T + max_new_tokens).
 
         ``temperature`` 0 is greedy; ``top_k`` and ``top_p`` restrict the choice (see
@@ -178,14 +166,22 @@ class CausalLM(Module):
         it only every ``window_shift`` tokens, with a context of ``block_size + 1 -
         window_shift`` to ``block_size`` tokens. Without a cache the same windows are
         recomputed at every step, so both give the same tokens.
+
+        With ``capture`` (and the cache) each token after the prompt is one replay of a
+        captured decode step (``nn.decoder``): the model's ops and the sampling recorded
+        once, then run without building a Tensor or a node. The tokens are those of
+        ``capture=False``: greedy output token for token, and sampling the same draws
+        from the seeded stream. The capture is kept on the model for the next call with
+        the same batch size, device, dtype and sampling setting.
         """
         new = list(self.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p,
-                                        use_cache, window_shift))
+                                        use_cache, window_shift, capture))
         return cat([idx, *new], dim=1) if new else idx
 
     def generate_tokens(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
                         top_k: Optional[int] = None, top_p: Optional[float] = None,
-                        use_cache: bool = True, window_shift: int = 1) -> Iterator[Tensor]:
+                        use_cache: bool = True, window_shift: int = 1,
+                        capture: bool = True) -> Iterator[Tensor]:
         """Yield ``max_new_tokens`` sampled tokens after ``idx`` (B, T), each (B, 1), as soon
         as it is drawn: what a streaming generator prints. The arguments are ``generate``'s
         and are checked at the call, not at the first ``next``. Each step runs under
@@ -199,8 +195,40 @@ class CausalLM(Module):
         if not isinstance(window_shift, int) or not 1 <= window_shift <= block_size:
             raise ValueError(f"generate: window_shift must be an int in [1, block_size = "
                              f"{block_size}], got {window_shift!r}")
+        if use_cache and capture:
+            return self._captured_loop(idx, max_new_tokens, temperature, top_k, top_p,
+                                       window_shift)
         return self._sample_loop(idx, max_new_tokens, temperature, top_k, top_p, use_cache,
                                  window_shift)
+
+    def _captured_loop(self, idx: Tensor, max_new_tokens: int, temperature: float,
+                       top_k: Optional[int], top_p: Optional[float],
+                       window_shift: int) -> Iterator[Tensor]:
+        """``_sample_loop`` with the cache, each token after a prompt a captured step's
+        replay: the prompt (and the window each time it slides) runs eagerly into the
+        decoder's cache from position 0, the tokens after it through ``decoder.step``."""
+        block_size = self.config.block_size
+        with no_grad():
+            decoder = decoder_for(self, idx.shape[0], idx.device, self.lm_head.weight.dtype,
+                                  temperature, top_k, top_p)
+        cache = decoder.cache
+        start = max(0, idx.shape[1] - block_size)  # where the context window begins
+        prompt = True
+        for _ in range(max_new_tokens):
+            if idx.shape[1] - start > block_size:  # the newest token does not fit: shift
+                start = idx.shape[1] - (block_size + 1 - window_shift)
+                prompt = True
+            with no_grad():
+                if prompt:
+                    cache.length = 0
+                    logits, _ = self(idx[:, start:], kv_cache=cache)
+                    next_token = sample_next_token(logits[:, -1, :], temperature, top_k, top_p)
+                    prompt = False
+                else:
+                    next_token = decoder.step(idx[:, -1:], decoder.position(cache.length))
+                    cache.length += 1
+                idx = cat([idx, next_token], dim=1)  # (B, T + 1)
+            yield next_token  # (B, 1)
 
     def _sample_loop(self, idx: Tensor, max_new_tokens: int, temperature: float,
                      top_k: Optional[int], top_p: Optional[float], use_cache: bool,

@@ -54,7 +54,7 @@ class CausalSelfAttention(Module):
         """Attention of these T positions over the cached ones and themselves (inference):
         one op that appends their keys and values to this layer's cache buffers."""
         return cached_causal_attention(qkv, kv_cache.keys[self.layer],
-                                       kv_cache.values[self.layer], kv_cache.length,
+                                       kv_cache.values[self.layer], kv_cache.start,
                                        self.n_head)  # (B, T, C)
 
 
@@ -134,7 +134,10 @@ class GPT(CausalLM):
 
     def _hidden(self, idx: Tensor, start: int, kv_cache: Optional[KVCache]) -> Tensor:
         T = idx.shape[1]
-        pos = arange(start, start + T, device=idx.device)  # (T,)
+        if isinstance(start, Tensor):  # a decode step's position tensor (1,): positions
+            pos = start if T == 1 else start + arange(T, device=idx.device)
+        else:
+            pos = arange(start, start + T, device=idx.device)  # (T,)
         tr = self.transformer
         x = tr.drop(tr.wte(idx) + tr.wpe(pos))  # (B, T, C) + (T, C)
         for block in tr.h:

@@ -17,9 +17,10 @@ layout), ``swiglu`` and ``grouped_causal_attention`` (no key or value repeated).
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 from ..backend import dtypes
+from ..creation import arange
 from ..ops.attention_heads import cached_grouped_attention, grouped_causal_attention
 from ..ops.rotary import RotaryTables, apply_rotary
 from ..tensor import Tensor
@@ -45,10 +46,18 @@ class Rotary(Module):
         super().__init__()
         self.tables, self.n_head, self.n_kv_head = tables, n_head, n_kv_head
 
-    def forward(self, q: Tensor, k: Tensor, start: int = 0) -> Tuple[Tensor, Tensor]:
+    def forward(self, q: Tensor, k: Tensor, start: Union[int, Tensor] = 0
+                ) -> Tuple[Tensor, Tensor]:
+        """q and k rotated for positions start .. start + T - 1; ``start`` an int, or a
+        decode step's position tensor (1,), whose table rows are gathered by an op."""
         D = self.tables.head_dim
         dtype = dtypes.float64 if q.dtype == dtypes.float64 else dtypes.float32
-        cos, sin = self.tables(start, q.shape[1], dtype=dtype, device=q.device)
+        if isinstance(start, Tensor):
+            T = q.shape[1]
+            positions = start if T == 1 else start + arange(T, device=q.device)
+            cos, sin = self.tables.at(positions, dtype=dtype)
+        else:
+            cos, sin = self.tables(start, q.shape[1], dtype=dtype, device=q.device)
         return (apply_rotary(q, cos, sin, head_dim=D), apply_rotary(k, cos, sin, head_dim=D))
 
     def extra_repr(self) -> str:
@@ -99,8 +108,7 @@ class LlamaAttention(Module):
             y = self.core(q, k, v)
         else:  # inference: append k, v to this layer's cache and attend over all of it
             y = cached_grouped_attention(q, k, v, kv_cache.keys[self.layer],
-                                         kv_cache.values[self.layer], kv_cache.length,
-                                         self.n_head)
+                                         kv_cache.values[self.layer], start, self.n_head)
         return residual_projection(residual, self.o_proj, self.resid_dropout, y)
 
 

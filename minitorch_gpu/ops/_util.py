@@ -8,7 +8,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..autograd import unbroadcast  # noqa: F401  (re-exported for the ops)
+from .. import autograd
+from ..autograd import Function, unbroadcast  # noqa: F401  (unbroadcast: for the ops)
 from ..backend import dtypes
 from ..from_python import check_number_dtype, data_array
 from ..tensor import Tensor, _wrap_dim
@@ -123,14 +124,34 @@ def require_float(x: Tensor, op: str, name: str = "input") -> None:
         raise TypeError(f"{op}: expected a floating-point {name}, got {x.dtype}")
 
 
+class Untracked(Function):
+    """``compute(*arrays)``, an op without a gradient, as a node: what ``untracked`` makes
+    while a function is being captured, so that a replay computes it again."""
+
+    @staticmethod
+    def forward(ctx, compute, *arrays):
+        return compute(*arrays)
+
+
+def untracked(compute: Any, *args: Any) -> Tensor:
+    """``compute(*arrays)`` as a Tensor outside the graph, ``args`` Tensors (their arrays
+    are passed) or other values (passed as they are), at least one a Tensor: the ops
+    without a gradient (argmax, comparisons, integer casts...). Eagerly the array is
+    wrapped as it is (no node: 0.3 us, not a node's 2-3); while a function is being
+    captured it goes through ``Untracked`` so the capture records it."""
+    if autograd._recorder is not None:
+        return Untracked.apply(compute, *args)
+    backend = next(a for a in args if isinstance(a, Tensor))._backend
+    return Tensor._make(compute(*(a.data if isinstance(a, Tensor) else a for a in args)),
+                        backend, False)
+
+
 def untracked_binary(ufunc: str, a: Any, b: Any) -> Tensor:
     """``xp.<ufunc>(a, b)`` of lifted operands (one at least a Tensor) as a Tensor outside
     the graph: the comparisons, logic and bitwise ops, which have no gradient."""
-    backend = (a if isinstance(a, Tensor) else b)._backend
-    xp = backend.xp
-    out = getattr(xp, ufunc)(a.data if isinstance(a, Tensor) else a,
-                             b.data if isinstance(b, Tensor) else b)
-    return Tensor._make(xp.asarray(out), backend, False)
+    xp = (a if isinstance(a, Tensor) else b)._backend.xp
+    fn = getattr(xp, ufunc)
+    return untracked(lambda x, y: xp.asarray(fn(x, y)), a, b)
 
 
 def work_dtype(x: Any) -> Any:

@@ -23,6 +23,7 @@ import numbers
 from typing import Any
 
 from ..autograd import Function, is_grad_enabled
+from ..backend import dtypes
 from ..tensor import Tensor
 from ._util import require_float, require_tensor
 from .attention import _attend, _attend_backward
@@ -129,7 +130,7 @@ def cached_causal_attention(qkv: Tensor, keys: Tensor, values: Tensor, start: in
     _check_cached(where, qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:], keys, values,
                   start, int(n_head))
     (qkv,) = autocast_lower(qkv)
-    return CachedCausalAttention.apply(qkv, keys, values, int(start), int(n_head))
+    return CachedCausalAttention.apply(qkv, keys, values, _start(start), int(n_head))
 
 
 def _grouped_heads(x, n_groups: int, group: int):
@@ -251,16 +252,29 @@ def _attend_cached(ctx, q, k, v, keys, values, start, n_head):
     n_kv_head = keys.shape[1]
     group = n_head // n_kv_head
     T = q.shape[1]
-    end = start + T
-    keys[:, :, start:end] = _grouped_heads(k, n_kv_head, 1)[:, :, 0]
-    values[:, :, start:end] = _grouped_heads(v, n_kv_head, 1)[:, :, 0]
-    mask = None
-    if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
-        mask = ctx.xp.tri(T, end, start, dtype=bool)
-    out = ctx.xp.empty(q.shape, dtype=q.dtype)
+    xp = ctx.xp
+    if isinstance(start, int):  # positions start .. start + T - 1: attend over 0 .. end - 1
+        end = start + T
+        positions = slice(start, end)
+        mask = None
+        if start and T > 1:  # query i sits at position start + i: it sees keys 0 .. start + i
+            mask = xp.tri(T, end, start, dtype=bool)
+        causal = start == 0
+    else:  # an array (1,): the static form, same shapes at every position (capturable)
+        capacity = keys.shape[2]
+        ctx.backend.check_in_range(start, capacity - T + 1, "cached attention: position",
+                                   f"leaves no room for {T} new positions in a cache of "
+                                   f"{capacity} (expected 0 <= position <= {capacity - T})")
+        positions = start + xp.arange(T)  # (T,)
+        end = capacity  # every slot, those past the query's position masked off
+        mask = xp.arange(capacity)[None, :] <= positions[:, None]  # (T, capacity)
+        causal = False
+    keys[:, :, positions] = _grouped_heads(k, n_kv_head, 1)[:, :, 0]
+    values[:, :, positions] = _grouped_heads(v, n_kv_head, 1)[:, :, 0]
+    out = xp.empty(q.shape, dtype=q.dtype)
     scale = 1.0 / math.sqrt(q.shape[2] // n_head)
     _attend(ctx, _grouped_heads(q, n_kv_head, group), keys[:, :, None, :end],
-            values[:, :, None, :end], mask, start == 0, scale, 0.0,
+            values[:, :, None, :end], mask, causal, scale, 0.0,
             out=_grouped_heads(out, n_kv_head, group))
     return out
 
@@ -289,7 +303,13 @@ def cached_grouped_attention(q: Tensor, k: Tensor, v: Tensor, keys: Tensor, valu
     ``KVCache``; no gradient."""
     _check_cached("cached_grouped_attention", q, k, v, keys, values, start, n_head)
     q, k, v = autocast_lower(q, k, v)
-    return CachedGroupedAttention.apply(q, k, v, keys, values, int(start), int(n_head))
+    return CachedGroupedAttention.apply(q, k, v, keys, values, _start(start), int(n_head))
+
+
+def _start(start: Any) -> Any:
+    """A cached op's ``start`` as its forward takes it: an int, or the position tensor
+    itself (apply hands its array to forward; a captured step rebinds it per call)."""
+    return start if isinstance(start, Tensor) else int(start)
 
 
 def _check_cached(where: str, q: Tensor, k: Tensor, v: Tensor, keys: Tensor, values: Tensor,
@@ -314,7 +334,13 @@ def _check_cached(where: str, q: Tensor, k: Tensor, v: Tensor, keys: Tensor, val
                              f"{t.dtype}")
     if k.shape[1] != T:
         raise ValueError(f"{where}: q has {T} new positions, k and v {k.shape[1]}")
-    if isinstance(start, bool) or not isinstance(start, numbers.Integral) or \
+    if isinstance(start, Tensor):  # the static form: checked against the cache at run time
+        if not dtypes.is_integer(start.dtype) or tuple(start.shape) != (1,) or \
+                start.device != keys.device:
+            raise ValueError(f"{where}: a position tensor must be one int64 on the cache's "
+                             f"device {keys.device}, shape (1,); got {start.dtype} of shape "
+                             f"{tuple(start.shape)} on {start.device}")
+    elif isinstance(start, bool) or not isinstance(start, numbers.Integral) or \
             not 0 <= start <= keys.shape[2] - T:
         raise ValueError(f"{where}: start must be an int in [0, capacity - T] = [0, "
                          f"{keys.shape[2] - T}] ({T} new positions, capacity "

@@ -13,7 +13,8 @@ from typing import Any, Optional
 
 from ..autograd import Function
 from ..tensor import Tensor, _wrap_dim
-from ._util import expand_reduced, normalize_dims, reduced_count, require_tensor, widened
+from ._util import (expand_reduced, normalize_dims, reduced_count, require_tensor, untracked,
+                    widened)
 from .conversions import to_dtype
 from .indexing import gather
 from .promotion import float_input
@@ -205,13 +206,18 @@ def _arg(a: Tensor, dim: Optional[int], keepdim: bool, op: str) -> Tensor:
     _check_nonempty(a, op, None if dim is None else (_wrap_dim(dim, a.ndim, op),))
     xp = a._backend.xp
     fn = xp.argmax if op == "argmax" else xp.argmin
-    if dim is None:  # an index into the flattened tensor, as PyTorch
-        out = fn(a.data.reshape(-1))
-        if keepdim:
-            out = out.reshape((1,) * a.ndim)
-    else:
-        out = fn(a.data, axis=_wrap_dim(dim, a.ndim, op), keepdims=keepdim)
-    return Tensor._make(xp.asarray(out, dtype=xp.int64), a._backend, False)
+    axis = None if dim is None else _wrap_dim(dim, a.ndim, op)
+    ndim = a.ndim
+
+    def compute(x: Any) -> Any:
+        if axis is None:  # an index into the flattened tensor, as PyTorch
+            out = fn(x.reshape(-1))
+            if keepdim:
+                out = out.reshape((1,) * ndim)
+        else:
+            out = fn(x, axis=axis, keepdims=keepdim)
+        return xp.asarray(out, dtype=xp.int64)
+    return untracked(compute, a)
 
 
 def argmax(a: Tensor, dim: Optional[int] = None, keepdim: bool = False) -> Tensor:

@@ -36,6 +36,7 @@ from ..backend import dtypes, get_backend
 from ..backend.threads import row_pieces, run_split
 from ..tensor import Tensor
 from ._util import require_float, require_tensor, widened, work_dtype
+from .embedding import embedding
 
 
 def _positions(positions_or_length: Any, start: int) -> np.ndarray:
@@ -121,6 +122,17 @@ class RotaryTables:
             self._tables[key] = tables
         return tuple(Tensor._make(t.data[start:start + length], backend, False)
                      for t in tables)
+
+    def at(self, positions: Tensor, dtype: Any = dtypes.float32) -> tuple:
+        """(cos, sin) for the positions in ``positions``, an integer tensor (T,): rows
+        gathered by an op (``embedding``) rather than sliced by a Python int, so that a
+        captured decode step reads the position it is given at every call."""
+        require_tensor(positions, "RotaryTables.at", "positions")
+        backend = positions._backend
+        key = (dtypes.as_dtype(dtype), backend.device)
+        if key not in self._tables:
+            self(0, 0, dtype, backend.device)  # make the tables of this dtype and device
+        return tuple(embedding(positions, table) for table in self._tables[key])
 
     def __repr__(self) -> str:
         return (f"RotaryTables(head_dim={self.head_dim}, capacity={self.capacity}, "

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backend import dtypes
 from ..tensor import Tensor, _wrap_dim
-from ._util import require_float, require_tensor
+from ._util import require_float, require_tensor, untracked
 from .indexing import TakeAlongDim
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])  # what sort/topk return
@@ -110,9 +110,15 @@ def _extreme_positions(backend: Any, array: Any, k: int, axis: int, largest: boo
     return positions
 
 
-def _select(a: Tensor, positions: Any, dim: int) -> ValuesIndices:
-    indices = Tensor._make(a._backend.xp.asarray(positions, dtype=np.int64, order="C"),
-                           a._backend, False)
+def _positions(a: Tensor, positions_of: Any) -> Tensor:
+    """``positions_of(a's array)`` as an int64 Tensor outside the graph (``untracked``:
+    recorded while capturing, so a replay sorts the new values)."""
+    xp = a._backend.xp
+    return untracked(lambda x: xp.asarray(positions_of(x), dtype=np.int64, order="C"), a)
+
+
+def _select(a: Tensor, positions_of: Any, dim: int) -> ValuesIndices:
+    indices = _positions(a, positions_of)
     # the indices go in as an input, so an in-place edit of them before backward is caught
     return ValuesIndices(TakeAlongDim.apply(a, indices, dim, True), indices)
 
@@ -133,7 +139,8 @@ def sort(a: Tensor, dim: int = -1, descending: bool = False,
     if a.ndim == 0:  # one element: itself, at index 0
         values, indices = sort(a.reshape(1), 0, descending)
         return ValuesIndices(values.reshape(()), indices.reshape(()))
-    return _select(a, _argsort(a._backend, a.data, dim, bool(descending)), dim)
+    backend, descending = a._backend, bool(descending)
+    return _select(a, lambda x: _argsort(backend, x, dim, descending), dim)
 
 
 def argsort(a: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
@@ -147,9 +154,8 @@ def argsort(a: Tensor, dim: int = -1, descending: bool = False, stable: bool = F
     dim = _wrap_dim(dim, a.ndim, "argsort")
     if a.ndim == 0:
         return argsort(a.reshape(1), 0, descending).reshape(())
-    positions = _argsort(a._backend, a.data, dim, bool(descending))
-    return Tensor._make(a._backend.xp.asarray(positions, dtype=np.int64, order="C"),
-                        a._backend, False)
+    backend, descending = a._backend, bool(descending)
+    return _positions(a, lambda x: _argsort(backend, x, dim, descending))
 
 
 def topk(a: Tensor, k: int, dim: int = -1, largest: bool = True,
@@ -173,8 +179,8 @@ def topk(a: Tensor, k: int, dim: int = -1, largest: bool = True,
         values, indices = topk(a.reshape(1), k, 0, largest, sorted)
         return ValuesIndices(values.reshape(()), indices.reshape(())) if k else \
             ValuesIndices(values, indices)
-    positions = _extreme_positions(a._backend, a.data, int(k), dim, bool(largest), sorted)
-    return _select(a, positions, dim)
+    backend, k, largest = a._backend, int(k), bool(largest)
+    return _select(a, lambda x: _extreme_positions(backend, x, k, dim, largest, sorted), dim)
 
 
 def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
@@ -202,17 +208,20 @@ def multinomial(probs: Tensor, num_samples: int = 1, replacement: bool = False) 
     if categories == 0:
         raise ValueError(f"multinomial: probs has no categories (shape {tuple(probs.shape)})")
     rows = probs.shape[0] if probs.ndim == 2 else 1
-    # float64 holds every float dtype exactly, and keeps the cdf of 50k categories precise
-    weights = probs.data.reshape(rows, categories).astype(np.float64)  # (B, C)
-    _check_weights(backend, weights, 1 if replacement else num_samples)
-    # scaled so that each row's largest weight is 1: a row's sum can't overflow
-    weights = weights / weights.max(axis=1, keepdims=True)
-    if replacement or num_samples == 1:  # one draw without replacement is one with it
-        samples = _inverse_cdf(backend, weights, num_samples)
-    else:
-        samples = _exponential_race(backend, weights, num_samples)
-    samples = xp.asarray(samples, dtype=np.int64, order="C")  # (B, num_samples)
-    return Tensor._make(samples if probs.ndim == 2 else samples[0], backend, False)
+
+    def draw(p: Any) -> Any:  # the check and the draw, both again in a captured replay
+        # float64 holds every float dtype exactly, and keeps the cdf of 50k categories precise
+        weights = p.reshape(rows, categories).astype(np.float64)  # (B, C)
+        _check_weights(backend, weights, 1 if replacement else num_samples)
+        # scaled so that each row's largest weight is 1: a row's sum can't overflow
+        weights = weights / weights.max(axis=1, keepdims=True)
+        if replacement or num_samples == 1:  # one draw without replacement is one with it
+            samples = _inverse_cdf(backend, weights, num_samples)
+        else:
+            samples = _exponential_race(backend, weights, num_samples)
+        samples = xp.asarray(samples, dtype=np.int64, order="C")  # (B, num_samples)
+        return samples if p.ndim == 2 else samples[0]
+    return untracked(draw, probs)
 
 
 def _check_weights(backend: Any, weights: Any, distinct: int) -> None:

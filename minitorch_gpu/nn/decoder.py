@@ -1,0 +1,91 @@
+"""Generation without Python in the loop: one decode step captured, then replayed.
+
+A decode step runs one new token per sequence through every layer and samples the next.
+Its shapes are the same at every position when the keys and values go to a static cache
+(``KVCache``'s buffers of ``block_size`` positions, allocated once) and the position is a
+tensor rather than a Python int (``CausalLM.decode_step``): the attention writes the new
+key and value at that position and attends over every slot, those past the position
+masked off. Such a step is captured once (``capture``: its ops recorded) and then each
+token costs the replay of its forwards, with no Tensor, graph node, check or dispatch
+built on the way: on the baby GPT about 60 ops per token.
+
+A ``CapturedDecoder`` holds one model's cache and captured step for one batch size,
+device, cache dtype and sampling setting; ``decoder_for`` keeps the latest per model (a
+new setting replaces it, and with it its cache) and makes one when asked for another.
+The prompt (and the window again each time it slides) runs eagerly as today, into the
+same cache from position 0.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import amp
+from ..autograd import is_grad_enabled
+from ..capture import CapturedFunction
+from ..tensor import Tensor
+from .kv_cache import KVCache
+from .sampling import sample_next_token
+
+__all__ = ["CapturedDecoder", "decoder_for"]
+
+
+class CapturedDecoder:
+    """The captured step ``(token (B, 1), position (1,)) -> next token (B, 1)`` of one
+    model: ``model.decode_step`` into ``cache``, then ``sample_next_token`` with the
+    sampling setting fixed here (a replay draws fresh numbers from the seeded stream, the
+    ones an eager step would draw)."""
+
+    def __init__(self, model: Any, batch_size: int, device: Any, dtype: Any,
+                 sampling: tuple) -> None:
+        self.key = _key(model, batch_size, device, dtype, sampling)
+        self.cache = KVCache(model.config, batch_size, device, dtype)
+        temperature, top_k, top_p = sampling
+        model_ref = weakref.ref(model)  # the model holds this decoder (weakly keyed)
+        cache = self.cache
+
+        def decode(token: Tensor, position: Tensor) -> Tensor:
+            logits = model_ref().decode_step(token, position, cache)  # (B, V)
+            return sample_next_token(logits, temperature, top_k, top_p)
+
+        self.step = CapturedFunction(decode, max_captures=1,
+                                     name=f"{type(model).__name__}.decode_step")
+        self._backend = self.cache.keys[0]._backend
+
+    def position(self, value: int) -> Tensor:
+        """The position ``value`` as the step's (1,) int64 input on the cache's device."""
+        backend = self._backend
+        return Tensor._make(backend.asarray(np.array([value], dtype=np.int64)), backend, False)
+
+    @property
+    def nbytes(self) -> int:
+        """The cache's buffers and what one replay of the step allocates at most."""
+        cache = sum(t.nbytes for t in self.cache.keys + self.cache.values)
+        return cache + self.step.nbytes
+
+
+_DECODERS: "weakref.WeakKeyDictionary[Any, CapturedDecoder]" = weakref.WeakKeyDictionary()
+
+
+def _key(model: Any, batch_size: int, device: Any, dtype: Any, sampling: tuple) -> tuple:
+    # what the step depends on beyond its inputs' shapes: the sampling setting, the cache
+    # (batch, device, dtype) and the modes ops read as Python state
+    return (batch_size, str(device), np.dtype(dtype).name, sampling, model.training,
+            is_grad_enabled(), amp.autocast_dtype())
+
+
+def decoder_for(model: Any, batch_size: int, device: Any, dtype: Any, temperature: float,
+                top_k: Optional[int], top_p: Optional[float]) -> CapturedDecoder:
+    """The model's decoder for this setting: the one it holds when that one matches, else
+    a new one, which replaces it (its cache and capture freed)."""
+    sampling = (float(temperature), None if top_k is None else int(top_k),
+                None if top_p is None else float(top_p))
+    held = _DECODERS.get(model)
+    if held is not None and held.key == _key(model, batch_size, device, dtype, sampling):
+        return held
+    _DECODERS.pop(model, None)  # free the old cache before allocating the new one
+    decoder = CapturedDecoder(model, batch_size, device, dtype, sampling)
+    _DECODERS[model] = decoder
+    return decoder
