@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from operator import itemgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -102,7 +103,8 @@ class _Recorder:
         if isinstance(out, np.generic):
             out = np.asarray(out)
         index = len(self.program)
-        self.program.append((cls.forward, ctx, tuple(sources), kwargs, cls.__name__))
+        self.program.append((cls.forward, ctx, tuple(sources), kwargs, cls.__name__,
+                             cls.returns_view))
         self._note(out, (_OP, index))
         self.nbytes += int(getattr(out, "nbytes", 0))
         return out
@@ -229,13 +231,15 @@ _FACTORY_CODES: frozenset = frozenset()
 
 # --- the captured function ----------------------------------------------------------------
 class _Capture:
-    """One recorded call: the program and where its inputs and outputs sit."""
+    """One recorded call: the program and where its inputs and outputs sit.
+
+    Every value the program touches has a slot: the constants first, then the inputs,
+    then one per op's result. A view whose result nothing reads is left out of the
+    program (an argument check's slice, say): a view has no effect but its result."""
 
     def __init__(self, recorder: _Recorder, inputs: Sequence[Tensor], outputs: list,
                  structure: Any, backend: Backend) -> None:
-        # slots: the constants first, then one per input, then one per op's result
         n_const, n_in = len(recorder.constants), len(inputs)
-        self.template = list(recorder.constants) + [None] * (n_in + len(recorder.program))
 
         def slot(source: tuple) -> int:
             kind, what = source
@@ -245,12 +249,23 @@ class _Capture:
                 return n_const + what
             return n_const + n_in + what
 
-        self.program = [(forward, ctx, tuple(slot(s) for s in sources), kwargs,
-                         n_const + n_in + i)
-                        for i, (forward, ctx, sources, kwargs, _) in enumerate(recorder.program)]
-        self.op_names = [name for *_, name in recorder.program]
+        output_sources = [recorder.source_of_output(t, p) for t, p in outputs]
+        read = {slot(s) for s in output_sources}
+        kept = []
+        for i in reversed(range(len(recorder.program))):  # last first: who reads what
+            forward, ctx, sources, kwargs, name, is_view = recorder.program[i]
+            target = n_const + n_in + i
+            if is_view and target not in read:
+                continue
+            read.update(slot(s) for s in sources)
+            kept.append((forward, ctx, tuple(slot(s) for s in sources), kwargs, target, name))
+        kept.reverse()
+        self.template = list(recorder.constants) + [None] * (n_in + len(recorder.program))
+        self.program = [(forward, ctx, _getter(sources), kwargs, target)
+                        for forward, ctx, sources, kwargs, target, _ in kept]
+        self.op_names = [name for *_, name in kept]
         self.input_slots = tuple(n_const + i for i in range(n_in))
-        self.output_slots = tuple(slot(recorder.source_of_output(t, p)) for t, p in outputs)
+        self.output_slots = tuple(slot(s) for s in output_sources)
         self.structure = structure
         self.bound = recorder.bound
         self.backend = backend
@@ -268,12 +283,22 @@ class _Capture:
         for i, array in zip(self.input_slots, arrays):
             slots[i] = array
         generic = np.generic
-        for forward, ctx, sources, kwargs, target in self.program:
-            out = forward(ctx, *[slots[s] for s in sources], **kwargs)
+        for forward, ctx, arguments, kwargs, target in self.program:
+            out = forward(ctx, *arguments(slots), **kwargs)
             if isinstance(out, generic):
                 out = np.asarray(out)
             slots[target] = out
         return [slots[s] for s in self.output_slots]
+
+
+def _getter(sources: tuple) -> Callable[[list], tuple]:
+    """A function of the slots giving an op's arguments as a tuple (itemgetter: C)."""
+    if len(sources) == 1:
+        (only,) = sources
+        return lambda slots: (slots[only],)
+    if not sources:
+        return lambda slots: ()
+    return itemgetter(*sources)
 
 
 class CapturedFunction:

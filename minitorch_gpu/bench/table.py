@@ -22,18 +22,21 @@ def format_table(records: List[Dict[str, Any]]) -> str:
     if any("functions" in r for r in records):
         return "\n\n".join(_format_profile(r) for r in records)
     lines = [f"{'case':6s} {'side':16s} {'step ms':>8s} {'ns/param':>8s} {'train tok/s':>11s} "
-             f"{'MFU':>6s} {'gen tok/s':>9s} {'train MB':>8s}"]
+             f"{'MFU':>6s} {'gen tok/s':>9s} {'gen eager':>9s} {'train MB':>8s}"]
     notes = []
     for r in records:
         if r["case"] == "matmul_peak":
             continue
         generated = r.get("generate_tokens_per_s")
+        eager = r.get("generate_uncaptured_tokens_per_s")
         if r["side"] in RATIO_LABELS:
             lines.append(f"{r['case']:6s} {RATIO_LABELS[r['side']]:16s} {'':>8s} {'':>8s} "
                          f"{_times(r.get('train_tokens_per_s'), 11)} {'':>6s} "
-                         f"{_times(generated, 9)} {_times(r.get('train_memory_mb'), 8)}")
+                         f"{_times(generated, 9)} {_times(eager, 9)} "
+                         f"{_times(r.get('train_memory_mb'), 8)}")
             if "best_side" in r:
                 columns = {"train_tokens_per_s": "train", "generate_tokens_per_s": "gen",
+                           "generate_uncaptured_tokens_per_s": "gen eager",
                            "train_memory_mb": "memory"}
                 best = ", ".join(f"{columns[key]} {side}" for key, side in r["best_side"].items())
                 notes.append(f"{r['case']}: ours/best against the best torch side of each "
@@ -43,6 +46,7 @@ def format_table(records: List[Dict[str, Any]]) -> str:
             lines.append(f"{r['case']:6s} {r['side']:16s} failed: {r['failed']}")
             continue
         gen = f"{generated:9.0f}" if generated is not None else f"{'-':>9s}"
+        gen += f" {eager:9.0f}" if eager is not None else f" {'-':>9s}"
         per_param = r.get("step_ns_per_param")
         per_param = f"{per_param:8.1f}" if per_param is not None else f"{'-':>8s}"
         lines.append(f"{r['case']:6s} {r['side']:16s} {r['step_ms']['median']:8.1f} "

@@ -36,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--block-size", type=int, default=None,
                      help="crop the model's context to this many tokens (a smaller KV cache; "
                           "default: the model's own)")
+    gen.add_argument("--no-capture", dest="capture", action="store_false",
+                     help="run every token through the eager ops instead of replaying the "
+                          "captured decode step (the same tokens, slower on small models)")
     add_memory_argument(gen)
     gen.set_defaults(run=_generate)
 
@@ -91,7 +94,7 @@ def _generate(args: argparse.Namespace) -> int:
         for sample in range(args.num_samples):
             # checked before the prompt is printed: a refused prompt prints nothing
             pieces = stream_text(model, tokenizer, prompt, args.max_new_tokens,
-                                 args.temperature, top_k, args.top_p)
+                                 args.temperature, top_k, args.top_p, capture=args.capture)
             out.write(prompt)
             for piece in pieces:
                 out.write(piece)

@@ -89,18 +89,17 @@ class CausalLM(Module):
                 kv_cache: Optional[KVCache]) -> Tensor:
         raise NotImplementedError
 
-    def decode_step(self, token: Tensor, position: Tensor, kv_cache: KVCache) -> Tensor:
-        """The logits (B, V) after one new token per sequence, ``token`` (B, 1), at
-        ``position``, a (1,) int64 tensor on the model's device: its keys and values are
-        written into ``kv_cache`` at that position and it attends over positions 0 ..
-        position (the later slots masked off). Every call has the same shapes and reads
-        its position from a tensor, so it can be captured (``nn.decoder``); the cache's
+    def decode_step(self, tokens: Tensor, position: Tensor, kv_cache: KVCache) -> Tensor:
+        """The logits (B, V) after ``tokens`` (B, T), the new positions position ..
+        position + T - 1 of each sequence, ``position`` a (1,) int64 tensor on the model's
+        device: their keys and values are written into ``kv_cache`` there and each
+        attends over the positions up to its own (later slots ignored). The arithmetic is
+        ``forward(tokens, kv_cache=cache)``'s with ``cache.length`` = position; what
+        differs is that the position is read from a tensor, so that the step can be
+        captured once and replayed at every position (``nn.decoder``). The cache's
         ``length`` is the caller's to advance. Inference only (under no_grad)."""
         name = type(self).__name__
-        self._check_ids(token, "token")
-        if token.shape[1] != 1:
-            raise ValueError(f"{name}.decode_step: expected one token per sequence, (B, 1), "
-                             f"got shape {tuple(token.shape)}")
+        self._check_ids(tokens, "tokens")
         if is_grad_enabled():
             raise RuntimeError(f"{name}.decode_step: a KV cache is for inference; run under "
                                f"no_grad() (generate does)")
@@ -108,13 +107,13 @@ class CausalLM(Module):
             raise TypeError(f"{name}.decode_step: position must be a (1,) int64 tensor, got "
                             f"{type(position).__name__} (a Python int would be frozen into "
                             f"a capture)")
-        kv_cache.check_fits(self.config, token.shape[0], 0, f"{name}.decode_step")
+        kv_cache.check_fits(self.config, tokens.shape[0], 0, f"{name}.decode_step")
         kv_cache.position = position
         try:
-            x = self._hidden(token, position, kv_cache)  # (B, 1, C)
+            x = self._hidden(tokens, position, kv_cache)  # (B, T, C)
         finally:
             kv_cache.position = None
-        return self.lm_head(x).squeeze(1)  # (B, V)
+        return self.lm_head(x[:, -1:, :]).squeeze(1)  # (B, V): the last position's
 
     def crop_block_size(self, block_size: int) -> None:
         """Shrink the context to ``block_size`` positions, as nanoGPT does to fine-tune a
@@ -204,30 +203,35 @@ class CausalLM(Module):
     def _captured_loop(self, idx: Tensor, max_new_tokens: int, temperature: float,
                        top_k: Optional[int], top_p: Optional[float],
                        window_shift: int) -> Iterator[Tensor]:
-        """``_sample_loop`` with the cache, each token after a prompt a captured step's
-        replay: the prompt (and the window each time it slides) runs eagerly into the
-        decoder's cache from position 0, the tokens after it through ``decoder.step``."""
+        """``_sample_loop`` with the cache, every step a captured one's replay
+        (``nn.decoder``): the prompt, and the window each time it slides, as one step of
+        its length from position 0; each token after it as a one-token step. The tokens
+        drawn are kept in a list and joined to the text only when the window slides, so
+        that a token costs its replay and nothing else: no op runs outside it."""
         block_size = self.config.block_size
         with no_grad():
             decoder = decoder_for(self, idx.shape[0], idx.device, self.lm_head.weight.dtype,
                                   temperature, top_k, top_p)
         cache = decoder.cache
-        start = max(0, idx.shape[1] - block_size)  # where the context window begins
-        prompt = True
+        length = idx.shape[1]  # of the text: idx and the tokens drawn since
+        start = max(0, length - block_size)  # where the context window begins
+        drawn: list = []  # tokens drawn and not yet joined to idx
+        next_token = None
         for _ in range(max_new_tokens):
-            if idx.shape[1] - start > block_size:  # the newest token does not fit: shift
-                start = idx.shape[1] - (block_size + 1 - window_shift)
-                prompt = True
-            with no_grad():
-                if prompt:
-                    cache.length = 0
-                    logits, _ = self(idx[:, start:], kv_cache=cache)
-                    next_token = sample_next_token(logits[:, -1, :], temperature, top_k, top_p)
-                    prompt = False
-                else:
-                    next_token = decoder.step(idx[:, -1:], decoder.position(cache.length))
-                    cache.length += 1
-                idx = cat([idx, next_token], dim=1)  # (B, T + 1)
+            if next_token is None or length - start > block_size:
+                if next_token is not None:  # the newest token does not fit: shift
+                    start = length - (block_size + 1 - window_shift)
+                idx = cat([idx, *drawn], dim=1) if drawn else idx
+                drawn = []
+                with no_grad():
+                    next_token = decoder.step(idx[:, start:], decoder.position(0))
+                cache.length = length - start
+            else:  # the last token drawn, at the next position
+                with no_grad():
+                    next_token = decoder.step(next_token, decoder.position(cache.length))
+                cache.length += 1
+            drawn.append(next_token)
+            length += 1
             yield next_token  # (B, 1)
 
     def _sample_loop(self, idx: Tensor, max_new_tokens: int, temperature: float,

@@ -33,10 +33,11 @@ __all__ = ["CapturedDecoder", "decoder_for"]
 
 
 class CapturedDecoder:
-    """The captured step ``(token (B, 1), position (1,)) -> next token (B, 1)`` of one
+    """The captured step ``(tokens (B, T), position (1,)) -> next token (B, 1)`` of one
     model: ``model.decode_step`` into ``cache``, then ``sample_next_token`` with the
     sampling setting fixed here (a replay draws fresh numbers from the seeded stream, the
-    ones an eager step would draw)."""
+    ones an eager step would draw). One capture per T: the prompt's length, the window's
+    after it slides, and 1 for each token after."""
 
     def __init__(self, model: Any, batch_size: int, device: Any, dtype: Any,
                  sampling: tuple) -> None:
@@ -46,11 +47,12 @@ class CapturedDecoder:
         model_ref = weakref.ref(model)  # the model holds this decoder (weakly keyed)
         cache = self.cache
 
-        def decode(token: Tensor, position: Tensor) -> Tensor:
-            logits = model_ref().decode_step(token, position, cache)  # (B, V)
+        def decode(tokens: Tensor, position: Tensor) -> Tensor:
+            logits = model_ref().decode_step(tokens, position, cache)  # (B, V)
             return sample_next_token(logits, temperature, top_k, top_p)
 
-        self.step = CapturedFunction(decode, max_captures=1,
+        # three shapes: the prompt, the window after it slides, and one token
+        self.step = CapturedFunction(decode, max_captures=3,
                                      name=f"{type(model).__name__}.decode_step")
         self._backend = self.cache.keys[0]._backend
 

@@ -106,8 +106,9 @@ def load_for_inference(path: Union[str, Path], device: str = "cpu", *,
 
 def stream_text(model: CausalLM, tokenizer: Any, prompt: str, max_new_tokens: int,
                 temperature: float = 1.0, top_k: Optional[int] = None,
-                top_p: Optional[float] = None) -> Iterator[str]:
-    """Yield the text of each new token as it is sampled (the prompt not included).
+                top_p: Optional[float] = None, capture: bool = True) -> Iterator[str]:
+    """Yield the text of each new token as it is sampled (the prompt not included), each
+    a replay of the captured decode step unless ``capture`` is False (``generate``).
 
     A byte-level BPE token may end inside a multi-byte character: such tokens wait until
     the character is complete, so no half character is ever printed. Each token is decoded
@@ -121,7 +122,8 @@ def stream_text(model: CausalLM, tokenizer: Any, prompt: str, max_new_tokens: in
                          "(for example a newline)")
     device = model.lm_head.weight.device
     idx = tensor([ids], device=device)  # (1, T)
-    tokens = model.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p)
+    tokens = model.generate_tokens(idx, max_new_tokens, temperature, top_k, top_p,
+                                   capture=capture)
     return _decode_as_whole_characters(tokens, tokenizer)
 
 
