@@ -20,7 +20,7 @@ class ScriptedModel:
         self.ids = ids
         self.lm_head = nn.Linear(2, 2, bias=False)  # stream_text reads the device here
 
-    def generate_tokens(self, idx, max_new_tokens, *sampling):
+    def generate_tokens(self, idx, max_new_tokens, *sampling, capture=True):
         for i in self.ids[:max_new_tokens]:
             yield mt.tensor([[i]])
 

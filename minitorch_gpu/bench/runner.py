@@ -71,6 +71,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
+from .summary import OUR_SIDES, median_record, ratios
 from .table import format_table
 
 __all__ = ["CASES", "GPU_CASES", "TORCH_SIDES", "run_bench", "format_table",
@@ -91,7 +92,6 @@ GPU_CASES: Dict[str, Dict[str, Any]] = {  # run only when named: too large for a
 }
 # the torch sides by the name --torch-sides gives them, in the order they run
 # ours, and ours with the fused CPU kernels off (backend/cpu_kernels; --numpy-side)
-OUR_SIDES = ("minitorch", "minitorch-numpy")
 TORCH_SIDES = {"sdpa": "torch", "explicit": "torch-explicit", "compile": "torch-compile"}
 TORCH_ARCHS = ("gpt2", "llama")  # the archs torch_reference has a model of (with generate)
 LR, BETAS, WEIGHT_DECAY = 1e-3, (0.9, 0.99), 0.1  # nanoGPT's Shakespeare settings
@@ -410,12 +410,12 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
                                      / (peak["gflop_per_s"] * 1e9))
                 emit(json.dumps(record))  # its MFU against the first peak
                 runs[side].append(record)
-        medians = [_median_record(runs[side]) for side in runs]
+        medians = [median_record(runs[side]) for side in runs]
         summary += medians
         if vs_torch and len(runs) == 1:
             summary[-1]["torch"] = "no torch reference for this arch"
         elif vs_torch:
-            summary += _ratios(case, runs, medians)
+            summary += ratios(case, runs, medians)
     again = _run_child("peak", threads=threads, device=device, bf16=bf16)
     emit(json.dumps(again))
     peak["gflop_per_s"] = max(peak["gflop_per_s"], again["gflop_per_s"])
@@ -427,66 +427,6 @@ def run_bench(cases: Iterable[str] = ("baby", "small"), *, vs_torch: bool = Fals
         for record in summary:
             emit(json.dumps({**record, "summary": True}))
     return summary
-
-
-RATIO_KEYS = ("train_tokens_per_s", "generate_tokens_per_s", "train_memory_mb",
-              "generate_uncaptured_tokens_per_s")
-# a figure of ours taken against another of torch's: our uncaptured generation against
-# torch's (eager) generation
-AGAINST = {"generate_uncaptured_tokens_per_s": "generate_tokens_per_s"}
-
-
-def _ratios(case: str, runs: Dict[str, List[Dict[str, Any]]],
-            medians: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """One case's ratio records: ours over the "torch" side (eager, SDPA), the median of
-    the rounds' paired ratios ("minitorch/torch"); and, where two torch sides or more
-    were measured, our median over the best torch side's median of each figure, the
-    larger tokens/s and the smaller memory, naming that side ("minitorch/best-torch")."""
-    ratios: List[Dict[str, Any]] = []
-    pairs = [(ours, theirs) for ours, theirs in zip(runs["minitorch"], runs.get("torch", []))
-             if "failed" not in theirs]
-    if pairs:
-        ratio: Dict[str, Any] = {"case": case, "side": "minitorch/torch", "rounds": len(pairs)}
-        for key in RATIO_KEYS:
-            other = AGAINST.get(key, key)
-            if key in pairs[0][0] and other in pairs[0][1]:
-                ratio[key] = statistics.median(ours[key] / theirs[other]
-                                               for ours, theirs in pairs)
-        ratios.append(ratio)
-    ours, theirs = medians[0], [m for m in medians[1:]
-                                if "failed" not in m and m["side"] not in OUR_SIDES]
-    if len(theirs) > 1:
-        best: Dict[str, Any] = {"case": case, "side": "minitorch/best-torch", "best_side": {}}
-        for key in RATIO_KEYS:
-            other = AGAINST.get(key, key)
-            having = [m for m in theirs if other in m]
-            if key in ours and having:
-                pick = (min if key == "train_memory_mb" else max)(having,
-                                                                  key=lambda m: m[other])
-                best[key] = ours[key] / pick[other]
-                best["best_side"][key] = pick["side"]
-        ratios.append(best)
-    return ratios
-
-
-def _median_record(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """One side's rounds as one record: the median of each figure over the rounds it was
-    measured in (a failed round left out; the last failure's record if all failed)."""
-    measured = [r for r in runs if "failed" not in r]
-    merged = dict((measured or runs)[-1], rounds=len(measured or runs))
-    merged.pop("round", None)
-    if not measured:
-        return merged
-    for key in ("train_tokens_per_s", "mfu", "train_memory_mb", "peak_rss_mb",
-                "generate_tokens_per_s", "generate_uncaptured_tokens_per_s",
-                "bf16_max_abs_logit_diff", "step_ns_per_param"):
-        if key in merged:
-            merged[key] = statistics.median(r[key] for r in measured)
-    merged["step_ms"] = {k: statistics.median(r["step_ms"][k] for r in measured)
-                         for k in ("median", "min", "max")}
-    if len(measured) < len(runs):
-        merged["failed_rounds"] = len(runs) - len(measured)
-    return merged
 
 
 if __name__ == "__main__":  # one measuring process, started by _run_child

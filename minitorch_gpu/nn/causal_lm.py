@@ -108,6 +108,17 @@ class CausalLM(Module):
                             f"{type(position).__name__} (a Python int would be frozen into "
                             f"a capture)")
         kv_cache.check_fits(self.config, tokens.shape[0], 0, f"{name}.decode_step")
+        T, room = tokens.shape[1], kv_cache.capacity - tokens.shape[1]
+        if not dtypes.is_integer(position.dtype) or tuple(position.shape) != (1,):
+            raise ValueError(f"{name}.decode_step: expected a position tensor of one integer, "
+                             f"shape (1,), got {position.dtype} of shape "
+                             f"{tuple(position.shape)}")
+        # at once on the CPU; on a GPU read at the next host read (a replay checks again in
+        # the attention op, which reads the position)
+        position._backend.check_in_range(
+            position.data, room + 1, f"{name}.decode_step: position",
+            f"leaves no room for {T} new tokens in a cache of {kv_cache.capacity} positions "
+            f"(expected 0 <= position <= {room})")
         kv_cache.position = position
         try:
             x = self._hidden(tokens, position, kv_cache)  # (B, T, C)
@@ -224,7 +235,8 @@ class CausalLM(Module):
                 idx = cat([idx, *drawn], dim=1) if drawn else idx
                 drawn = []
                 with no_grad():
-                    next_token = decoder.step(idx[:, start:], decoder.position(0))
+                    window = idx[:, start:] if start else idx  # the one op outside a replay
+                    next_token = decoder.step(window, decoder.position(0))
                 cache.length = length - start
             else:  # the last token drawn, at the next position
                 with no_grad():

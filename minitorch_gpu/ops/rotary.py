@@ -83,7 +83,8 @@ def rotary_tables(positions_or_length: Union[int, Sequence[int], Tensor], head_d
     dtype = dtypes.as_dtype(dtype)
     if not dtypes.is_floating(dtype):
         raise ValueError(f"rotary_tables: dtype must be floating point, got {dtype}")
-    return tuple(Tensor._make(backend.asarray(table.astype(dtype)), backend, False)
+    # Tensor(), a factory: made from host numbers alone, a constant where it is captured
+    return tuple(Tensor(table.astype(dtype), device=backend.device)
                  for table in (np.cos(angles), np.sin(angles)))
 
 
