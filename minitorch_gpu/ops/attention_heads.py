@@ -256,10 +256,10 @@ def _attend_cached(ctx, q, k, v, keys, values, start, n_head):
     if not isinstance(start, int) and ctx.backend.reads_are_free:
         # the CPU reads the position tensor here, in the op (so every replay reads it
         # anew), and runs the int form: exactly the arithmetic of an uncaptured step
-        ctx.backend.check_in_range(start, keys.shape[2] - T + 1, "cached attention: "
-                                   "position", f"leaves no room for {T} new positions in a "
-                                   f"cache of {keys.shape[2]}")
         start = int(start[0])
+        if not 0 <= start <= keys.shape[2] - T:
+            raise ValueError(f"cached attention: position {start} leaves no room for {T} "
+                             f"new positions in a cache of {keys.shape[2]}")
     if isinstance(start, int):  # positions start .. start + T - 1: attend over 0 .. end - 1
         end = start + T
         positions = slice(start, end)
