@@ -261,7 +261,7 @@ class _Capture:
             kept.append((forward, ctx, tuple(slot(s) for s in sources), kwargs, target, name))
         kept.reverse()
         self.template = list(recorder.constants) + [None] * (n_in + len(recorder.program))
-        self.program = [(forward, ctx, _getter(sources), kwargs, target)
+        self.program = [(forward, ctx, _getter(sources), kwargs or None, target)
                         for forward, ctx, sources, kwargs, target, _ in kept]
         self.op_names = [name for *_, name in kept]
         self.input_slots = tuple(n_const + i for i in range(n_in))
@@ -284,9 +284,12 @@ class _Capture:
             slots[i] = array
         generic = np.generic
         for forward, ctx, arguments, kwargs, target in self.program:
-            out = forward(ctx, *arguments(slots), **kwargs)
-            if isinstance(out, generic):
-                out = np.asarray(out)
+            if kwargs is None:  # most ops: no ** to build
+                out = forward(ctx, *arguments(slots))
+            else:
+                out = forward(ctx, *arguments(slots), **kwargs)
+            if type(out) is not np.ndarray and isinstance(out, generic):
+                out = np.asarray(out)  # NumPy's 0-d results are scalars; keep arrays
             slots[target] = out
         return [slots[s] for s in self.output_slots]
 
@@ -301,12 +304,45 @@ def _getter(sources: tuple) -> Callable[[list], tuple]:
     return itemgetter(*sources)
 
 
+class _GraphCapture:
+    """On a GPU: the call captured as a CUDA Graph (CuPy's ``Stream.begin_capture`` /
+    ``end_capture``), so that a replay is one ``Graph.launch``. The graph reads its
+    inputs from buffers of its own (the caller's arrays are copied in, never written) and
+    allocates from a memory pool of its own, held with it: its buffers are never handed
+    to other work between launches. Its results are copied out of its buffers, which the
+    next launch overwrites. ``program`` is the op list recorded beside it (what the
+    graph's kernels do, for ``op_names``)."""
+
+    def __init__(self, recorder: _Recorder, program: _Capture, graph: Any, stream: Any,
+                 pool: Any, buffers: list, outputs: list) -> None:
+        self.program = program.program
+        self.op_names = program.op_names
+        self.structure, self.bound, self.backend = program.structure, recorder.bound, \
+            program.backend
+        self.nbytes = recorder.nbytes
+        self.graph, self.stream, self.pool = graph, stream, pool
+        self.buffers, self.outputs = buffers, outputs
+        self.keep = recorder.keep  # every array the graph's kernels were given
+        self.rng = program.backend.random_stream()  # the draws' state the graph reads
+
+    def is_stale(self) -> bool:
+        """A bound tensor holds another array, or the random stream was replaced
+        (``manual_seed``): the graph would read the old one."""
+        return self.backend.random_stream() is not self.rng or _Capture.is_stale(self)
+
+    def replay(self, arrays: Sequence[Any]) -> list:
+        for buffer, array in zip(self.buffers, arrays):
+            buffer[...] = array
+        self.graph.launch()  # on the current stream, after the copies in
+        return [out.copy() for out in self.outputs]
+
+
 class CapturedFunction:
     """``capture(fn)``: call it as ``fn``; see the module's docstring. ``captures`` counts
     the calls that ran eagerly to record, ``replays`` the calls that replayed."""
 
     def __init__(self, fn: Callable[..., Any], max_captures: int = 4,
-                 name: Optional[str] = None) -> None:
+                 name: Optional[str] = None, cuda_graphs: bool = True) -> None:
         if not callable(fn):
             raise TypeError(f"capture: expected a function, got {type(fn).__name__}")
         if isinstance(max_captures, bool) or not isinstance(max_captures, int) or \
@@ -316,6 +352,7 @@ class CapturedFunction:
         self.fn = fn
         self.name = name or getattr(fn, "__qualname__", type(fn).__name__)
         self.max_captures = max_captures
+        self.cuda_graphs = bool(cuda_graphs)  # on a GPU, a CUDA Graph per capture
         self._captures: "OrderedDict[tuple, _Capture]" = OrderedDict()
         self.captures = 0
         self.replays = 0
@@ -396,14 +433,18 @@ class CapturedFunction:
                                f"({sorted(str(b.device) for b in backends)}); a capture "
                                f"runs on one")
         (backend,) = backends
-        _install(recorder)
-        try:
-            result = self.fn(*inputs)
-            outputs: list = []
-            structure = _flatten(result, outputs, "the result")
-            capture = _Capture(recorder, inputs, outputs, structure, backend)
-        finally:
-            _install(None)
+        if backend._cuda_device is not None and self.cuda_graphs:
+            with backend._cuda_device:
+                result, capture, outputs = self._capture_graph(recorder, inputs, backend)
+        else:
+            _install(recorder)
+            try:
+                result = self.fn(*inputs)
+                outputs: list = []
+                structure = _flatten(result, outputs, "the result")
+                capture = _Capture(recorder, inputs, outputs, structure, backend)
+            finally:
+                _install(None)
         if autograd.is_grad_enabled() and any(t.requires_grad for t, _ in outputs):
             raise CaptureError(f"{self.name}: the result requires grad (grad mode is on and "
                                f"it depends on parameters); a replay builds no graph, so "
@@ -414,6 +455,36 @@ class CapturedFunction:
         while len(self._captures) > self.max_captures:
             self._captures.popitem(last=False)
         return result
+
+
+    def _capture_graph(self, recorder: _Recorder, inputs: Sequence[Tensor],
+                       backend: Backend) -> tuple:
+        """The call run once on a capturing stream (recorded by the ops as on the CPU,
+        and by CUDA as a graph), then launched for its results."""
+        cuda = backend.xp.cuda
+        buffers = [t.data.copy() for t in inputs]  # the graph's own input buffers
+        for i, buffer in enumerate(buffers):
+            recorder._note(buffer, (_INPUT, i))
+        own = [Tensor._make(b, backend, False) for b in buffers]
+        stream = cuda.Stream(non_blocking=True)
+        stream.wait_event(cuda.get_current_stream().record())  # the copies in, first
+        pool = cuda.MemoryPool()
+        outputs: list = []
+        with cuda.using_allocator(pool.malloc), stream:
+            stream.begin_capture()
+            _install(recorder)
+            try:
+                result = self.fn(*own)
+                structure = _flatten(result, outputs, "the result")
+                program = _Capture(recorder, own, outputs, structure, backend)
+            finally:
+                _install(None)
+                graph = stream.end_capture()
+        arrays = [t.data for t, _ in outputs]
+        capture = _GraphCapture(recorder, program, graph, stream, pool, buffers, arrays)
+        graph.launch()  # the first call's results: the capture ran nothing
+        fresh = iter([Tensor._make(a.copy(), backend, False) for a in arrays])
+        return _rebuild(structure, fresh), capture, outputs
 
 
 def _install(recorder: Optional[_Recorder]) -> None:

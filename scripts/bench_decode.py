@@ -70,7 +70,7 @@ def step_split(held, arrays, rounds: int = 2000) -> dict:
             for forward, ctx, arguments, kwargs, target in held.program:
                 args = arguments(slots)
                 t0 = time.perf_counter_ns()
-                slots[target] = forward(ctx, *args, **kwargs)
+                slots[target] = forward(ctx, *args, **(kwargs or {}))
                 inside += time.perf_counter_ns() - t0
         profile = cProfile.Profile()
         profile.enable()

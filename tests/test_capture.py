@@ -238,3 +238,36 @@ def test_the_engine_runs_as_before_once_a_capture_failed_midway():
             step(mt.ones(3))
         assert float(mt.ones(3).sum()) == 3.0  # host reads allowed again
         assert mt.randn(2).shape == (2,)  # and random draws
+
+
+# --- on a GPU: a CUDA Graph -----------------------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.skipif(not mt.cuda.is_available(), reason="no CUDA here")
+def test_on_a_gpu_each_replay_is_a_graph_launch_whose_results_stay_the_callers():
+    model = _mlp().to("cuda")
+    drop = nn.Dropout(0.5).train()
+
+    def fn(x):
+        return drop(model(x)), mt.argmax(x, -1)
+    step = mt.capture(fn)
+    with mt.no_grad():
+        x = mt.randn(3, 8).to("cuda")
+        step(x)
+        held = next(iter(step._captures.values()))
+        assert type(held).__name__ == "_GraphCapture"
+        # a new seed replaces the random stream, which a graph reads: captured again
+        mt.manual_seed(4)
+        eager = [fn(x) for _ in range(2)]
+        mt.manual_seed(4)
+        replays_before = step.replays
+        first = step(x)  # captured again (the stream changed) and launched
+        kept = first[0].cpu().numpy().copy()
+        second = step(x)  # a launch of that graph: fresh dropout, the eager call's draws
+        assert step.replays == replays_before + 1
+        for e, r in zip(eager[0] + eager[1], first + second):
+            assert np.array_equal(e.cpu().numpy(), r.cpu().numpy())
+        assert not np.array_equal(kept, second[0].cpu().numpy())
+        # the first result is the caller's: the second launch did not overwrite it
+        assert np.array_equal(kept, first[0].cpu().numpy())
+        with pytest.raises(mt.CaptureError, match="reads a value back"):
+            mt.capture(_reads_item)(x)

@@ -42,6 +42,8 @@ KNOWN_SIGNATURE_DRIFT = {
     # the engine: their constructors are the stand-in's own
     "cupy.RawKernel": [f"kernel: {NOT_A_PARAMETER}"],
     "cupy.cuda.MemoryPointer": [f"owner: {NOT_A_PARAMETER}"],
+    # made by Stream.end_capture (CuPy's Graph.from_stream), never by the engine
+    "cupy.cuda.Graph": [f"calls: {NOT_A_PARAMETER}", f"device: {NOT_A_PARAMETER}"],
 }
 
 

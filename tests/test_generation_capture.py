@@ -183,6 +183,7 @@ def test_the_cli_samples_the_same_text_with_and_without_capture(tmp_path):
 
 EMULATED_CHECK = """
 import numpy as np, minitorch_gpu as mt, minitorch_gpu.nn as nn
+from minitorch_gpu.nn.decoder import _DECODERS
 assert mt.cuda.is_emulated()
 mt.manual_seed(7)
 config = nn.GPTConfig(arch="llama", block_size=12, vocab_size=29, n_layer=2, n_head=4,
@@ -198,13 +199,23 @@ for make in (lambda: nn.GPT(nn.GPTConfig(block_size=12, vocab_size=29, n_layer=2
     for capture in (False, True, True):
         out = gpu.generate(prompt.to("cuda"), 20, 0.0, window_shift=4, capture=capture)
         assert np.array_equal(out.cpu().numpy(), expected), (capture, out, expected)
+    sampled = []
+    for capture in (False, True, True):  # seeded: the graphs' draws are the eager ones
+        mt.manual_seed(3)
+        sampled.append(gpu.generate(prompt.to("cuda"), 20, 0.9, top_k=5, window_shift=4,
+                                    capture=capture).cpu().numpy())
+    assert np.array_equal(sampled[0], sampled[1]) and np.array_equal(sampled[0], sampled[2])
+    step = _DECODERS[gpu].step
+    assert all(type(c).__name__ == "_GraphCapture" for c in step._captures.values())
 print("ok")
 """
 
 
 def test_captured_generation_on_the_emulated_gpu_gives_the_cpus_greedy_tokens():
     """On a GPU the decode step attends over every slot of the cache with the later ones
-    masked (no host read of the position): the masked form, run on the emulated GPU."""
+    masked (no host read of the position), and each step is a CUDA Graph's launch: both
+    run on the emulated GPU, greedy tokens equal to the CPU's and seeded sampling equal
+    to the eager loop's."""
     env = {**os.environ, "MINITORCH_EMULATE_CUDA": "1"}
     done = subprocess.run([sys.executable, "-c", EMULATED_CHECK], capture_output=True,
                           text=True, timeout=600, cwd=ROOT, env=env)

@@ -306,6 +306,12 @@ class Backend:
                              f"[{low}, {high}), got {got}")
         return value
 
+    def random_stream(self) -> Any:
+        """The object that holds the seeded stream now (``seed`` and ``set_rng_state``
+        replace it): a CUDA Graph captured with one keeps drawing from it, so a capture
+        is stale once it changed."""
+        return getattr(self, "_rng", None)
+
     def _drawing(self, what: str) -> None:
         """Called by every random draw: refused outside an op while capturing."""
         if Backend.capture_hook is not None:

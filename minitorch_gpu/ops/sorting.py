@@ -235,6 +235,16 @@ def _check_weights(backend: Any, weights: Any, distinct: int) -> None:
     and the draw would go on from weights that are no distribution."""
     xp = backend.xp
     positive = weights > 0  # (B, C)
+    if not backend.reads_are_free and type(backend).capture_hook is not None:
+        # a GPU capturing a CUDA Graph may not wait for the device: the rows that are no
+        # distribution are counted on it and read at the next host read, as
+        # check_in_range's checks are (the draw goes on meanwhile)
+        bad = (~((weights >= 0) & xp.isfinite(weights))).any(axis=1) | \
+            (positive.sum(axis=1) < distinct)
+        backend.check_in_range(bad.sum(keepdims=True), 1, "multinomial: rows of probs with a "
+                               "weight that is inf, nan or negative, or too few positive:",
+                               "(expected 0)")
+        return
     flags = xp.stack([((weights >= 0) & xp.isfinite(weights)).all(),  # nan >= 0 is False
                       positive.any(axis=1).all(),
                       (positive.sum(axis=1) >= distinct).all()])

@@ -26,6 +26,7 @@ _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 PROT_NONE = 0
 
 _buffers: Dict[int, "Buffer"] = {}  # by first data address
+allocation_watchers: list = []  # called with each new array (a graph capture's)
 _starts: list = []  # the keys of _buffers, sorted: find_buffer bisects them
 _lock = threading.Lock()
 
@@ -67,6 +68,8 @@ def empty(shape: Any, dtype: Any = np.float32) -> np.ndarray:
         _buffers[buffer.start] = buffer
         bisect.insort(_starts, buffer.start)
     weakref.finalize(region, _forget, buffer.start)
+    for watcher in allocation_watchers:
+        watcher(array)
     return array
 
 

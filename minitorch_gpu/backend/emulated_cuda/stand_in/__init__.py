@@ -22,7 +22,7 @@ import numpy as np
 from .. import launch
 from ..launch import EmulatedModule
 from . import array as _array
-from . import cublas, cuda, functions, random
+from . import cublas, cuda, functions, graphs, random
 from .array import MemoryPointer, ndarray
 from .cuda import StreamOrderError
 
@@ -92,6 +92,32 @@ def _namespace(name: str, **members: Any) -> types.ModuleType:
     return module
 
 
+# the ndarray methods a graph capture does not record: what makes or describes an array
+# object (no device work), and the host reads, which a capture refuses anyway
+_NOT_RECORDED = {"__init__", "_of", "__repr__", "__len__", "__iter__", "__array__",
+                 "__deepcopy__", "__reduce__", "_method", "get", "item", "tolist",
+                 "__float__", "__int__", "__index__", "__complex__", "__bool__"}
+_NOT_RECORDED_FUNCTIONS = {"empty", "empty_like", "asnumpy", "get_array_module"}
+
+
+def _record_for_graphs(members: Dict[str, Any]) -> None:
+    """Wrap every call that queues device work with ``graphs.recorded``, so that a stream
+    capture records it (routines in ``members``, ufuncs, ndarray's methods and operators,
+    kernels, cuBLAS's GEMMs, draws)."""
+    for name, value in list(members.items()):
+        if isinstance(value, types.FunctionType) and name not in _NOT_RECORDED_FUNCTIONS:
+            members[name] = graphs.recorded(value)
+    graphs.record_methods(functions.ufunc, ["__call__"])
+    graphs.record_methods(ndarray, [n for n, v in vars(ndarray).items()
+                                    if isinstance(v, types.FunctionType)
+                                    and n not in _NOT_RECORDED])
+    graphs.record_methods(RawKernel, ["__call__"])
+    graphs.record_methods(random.Generator, ["standard_normal", "random", "integers"])
+    for name in ("gemmEx", "gemmStridedBatchedEx"):
+        if not getattr(getattr(cublas, name), "__wrapped_for_graphs__", False):
+            setattr(cublas, name, graphs.recorded(getattr(cublas, name)))
+
+
 def _build() -> Tuple[types.ModuleType, types.ModuleType, types.ModuleType, Any]:
     """The ``cupy``, ``cupyx``, ``cupyx.scipy.special`` modules and cuBLAS."""
     cuda_module = _namespace(
@@ -99,7 +125,8 @@ def _build() -> Tuple[types.ModuleType, types.ModuleType, types.ModuleType, Any]
         runtime=cuda.runtime, device=cuda.device, nccl=cuda.nccl,
         get_current_stream=cuda.get_current_stream, get_elapsed_time=cuda.get_elapsed_time,
         alloc_pinned_memory=cuda.alloc_pinned_memory, MemoryPointer=MemoryPointer,
-        get_device_id=cuda.get_device_id)
+        get_device_id=cuda.get_device_id, Graph=graphs.Graph, MemoryPool=cuda.MemoryPool,
+        using_allocator=graphs.using_allocator)
     members: Dict[str, Any] = {
         name: getattr(functions, name)
         for name in functions.UFUNCS + functions.FUNCTIONS + (
@@ -118,10 +145,11 @@ def _build() -> Tuple[types.ModuleType, types.ModuleType, types.ModuleType, Any]
         XORWOW=random.XORWOW), RawModule=RawModule, RawKernel=RawKernel,
         get_default_memory_pool=cuda.get_default_memory_pool, __version__=__version__,
         stand_in=True)
+    _record_for_graphs(members)
     cupy = _namespace("cupy", **members)
     special = _namespace("cupyx.scipy.special", erf=functions.ufunc("erf")
                          if hasattr(np, "erf") else _erf)
-    cupyx = _namespace("cupyx", scatter_add=_scatter_add,
+    cupyx = _namespace("cupyx", scatter_add=graphs.recorded(_scatter_add),
                        scipy=_namespace("cupyx.scipy", special=special),
                        allow_synchronize=_allow_synchronize,
                        DeviceSynchronized=_array.DeviceSynchronized)

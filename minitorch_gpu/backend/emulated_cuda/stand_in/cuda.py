@@ -145,6 +145,20 @@ class Stream:
     def done(self) -> bool:
         return True
 
+    # CUDA Graphs: graphs.py records the calls made while the stream captures
+    _capture: Any = None
+
+    def begin_capture(self, mode: Any = None) -> None:
+        from . import graphs
+        graphs.begin_capture(self, mode)
+
+    def end_capture(self) -> Any:
+        from . import graphs
+        return graphs.end_capture(self)
+
+    def is_capturing(self) -> bool:
+        return self._capture is not None
+
     def __repr__(self) -> str:
         return f"<Stream {self.ptr} (device {self.device_id})>"
 
@@ -224,7 +238,16 @@ def get_elapsed_time(start_event: Event, end_event: Event) -> float:
 
 
 class MemoryPool:
-    """``cupy.get_default_memory_pool()``: the bytes of the live device buffers."""
+    """``cupy.get_default_memory_pool()``: the bytes of the live device buffers. A pool of
+    one's own (``cupy.cuda.MemoryPool()``, a graph's) allocates the same guarded buffers:
+    the stand-in never reuses memory, so no pool hands one user's buffer to another."""
+
+    def __init__(self, allocator: Any = None) -> None:
+        self.allocator = allocator
+
+    def malloc(self, size: int) -> Any:
+        from .array import ndarray
+        return ndarray((int(size),), np.uint8).data
 
     def used_bytes(self) -> int:
         return memory.bytes_in_use()

@@ -10,6 +10,7 @@ XORWOW of the same ``_size`` continues the stream exactly (``CupyBackend.get_rng
 from __future__ import annotations
 
 import hashlib
+import weakref
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,12 @@ from .functions import empty
 STATE_BYTES = 48  # sizeof(curandStateXORWOW)
 
 
+live = weakref.WeakSet()  # every XORWOW: a graph capture restores their states (graphs.py)
+
+
 class XORWOW:
     def __init__(self, seed: Any = None, *, size: int = -1) -> None:
+        live.add(self)
         if size <= 0:
             size = 2048 * cuda.runtime.deviceGetAttribute(
                 cuda.runtime.cudaDevAttrMultiProcessorCount, cuda.current_device_id())
