@@ -40,9 +40,10 @@ A replay never waits for the device or reads a value back unless an op's forward
 
 On the CPU a replay's ops allocate their results as eagerly run ones do; the arrays of one
 replay are at most those of the captured call (``nbytes``), freed when the next replay
-starts except the outputs handed back. On a GPU the same recorded list runs (one Python
-call per op, as eager kernels are launched); the recorded list is what a CUDA Graph would
-hold, and is not yet one (docs/DESIGN.md, "Capture and replay").
+starts except the outputs handed back. On a GPU a capture is a CUDA Graph
+(``_GraphCapture``): the capturing call runs on a capturing stream, and a replay is one
+``Graph.launch`` between copies of the inputs in and the results out (docs/DESIGN.md,
+"Capture and replay").
 """
 from __future__ import annotations
 

@@ -7,13 +7,14 @@ tensor rather than a Python int (``CausalLM.decode_step``): the attention writes
 key and value at that position and attends over every slot, those past the position
 masked off. Such a step is captured once (``capture``: its ops recorded) and then each
 token costs the replay of its forwards, with no Tensor, graph node, check or dispatch
-built on the way: on the baby GPT about 60 ops per token.
+built on the way: on the baby GPT 45 ops per token.
 
 A ``CapturedDecoder`` holds one model's cache and captured step for one batch size,
 device, cache dtype and sampling setting; ``decoder_for`` keeps the latest per model (a
 new setting replaces it, and with it its cache) and makes one when asked for another.
-The prompt (and the window again each time it slides) runs eagerly as today, into the
-same cache from position 0.
+The prompt (and the window again each time it slides) is a step of its length from
+position 0, captured once per length too. On a GPU each capture is a CUDA Graph: a token
+is one launch.
 """
 from __future__ import annotations
 
