@@ -13,7 +13,7 @@ from .backend.dtypes import (bfloat16, bool_, float16, float32, float64, int32, 
 from .tensor import Tensor
 from .autograd import (Function, enable_grad, is_grad_enabled, no_grad, set_grad_enabled)
 from .amp import autocast
-from .capture import CaptureError, capture
+from .capturing import CaptureError, capture
 from .ops import *  # noqa: F401,F403 - the functional API: mt.add, mt.matmul, mt.softmax, ...
 from .creation import (arange, empty, empty_like, from_numpy, full, full_like, ones, ones_like,
                        rand, randint, randn, randn_like, tensor, zeros, zeros_like)

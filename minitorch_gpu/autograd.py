@@ -101,7 +101,7 @@ def set_graph_observer(observer: Any) -> Any:
 
 
 # --- capturing ----------------------------------------------------------------------------
-_recorder: Any = None  # capture.py's, while a function is being captured: it runs forwards
+_recorder: Any = None  # capturing.py's, while a function is being captured: it runs forwards
 
 
 # --- Function -----------------------------------------------------------------------------

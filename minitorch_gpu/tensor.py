@@ -19,7 +19,7 @@ import numpy as np
 
 from .backend import Backend, Device, cpu, dtypes, get_backend
 
-# capture.py's recorder while a function is being captured (Tensor._make, _bump and
+# capturing.py's recorder while a function is being captured (Tensor._make, _bump and
 # numpy() tell it what happens outside an op); None otherwise, one test per tensor
 _capture_hook: Any = None
 
@@ -57,7 +57,7 @@ class Tensor:
         t._backend = backend
         t._version = [0]  # shared by views; bumped by in-place ops
         t._accumulator = None  # the AccumulateGrad node of a leaf, made on first use
-        if _capture_hook is not None:  # capture.py's, while a function is being captured
+        if _capture_hook is not None:  # capturing.py's, while a function is being captured
             _capture_hook.made(t)
         return t
 

@@ -67,7 +67,7 @@ def step_split(held, arrays, rounds: int = 2000) -> dict:
             slots[i] = a
         inside = 0
         for _ in range(rounds):
-            for forward, ctx, arguments, kwargs, target in held.program:
+            for forward, ctx, arguments, kwargs, target, _ in held.program:
                 args = arguments(slots)
                 t0 = time.perf_counter_ns()
                 slots[target] = forward(ctx, *args, **(kwargs or {}))

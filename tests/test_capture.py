@@ -1,4 +1,4 @@
-"""Capture and replay (capture.py): a replay computes what the eager call computes, bit for
+"""Capture and replay (capturing.py): a replay computes what the eager call computes, bit for
 bit on the CPU; what a replay could not repeat is refused at capture, naming it; a new
 shape, dtype, mode or parameter array captures again; random ops draw fresh numbers on
 every replay; what a capture holds is bounded."""
@@ -10,7 +10,7 @@ import pytest
 import minitorch_gpu as mt
 import minitorch_gpu.nn as nn
 from minitorch_gpu import autograd
-from minitorch_gpu.capture import CapturedFunction
+from minitorch_gpu.capturing import CapturedFunction
 
 
 def _mlp():

@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "minitorch_gpu"
 # Bottom up, one entry per folder (or top-level module). A module's layer is that of its
 # top-level name; a module in none of them fails the test, so a new file is placed on purpose.
 ENGINE = ("from_python", "tensor", "tensor_math", "tensor_shape", "tensor_inplace", "autograd",
-          "ops", "amp", "creation", "functional", "testing", "cuda", "capture")
+          "ops", "amp", "creation", "functional", "testing", "cuda", "capturing")
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("foundation", ("backend", "system")),
     ("engine", ENGINE),

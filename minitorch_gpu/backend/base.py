@@ -104,7 +104,7 @@ class Backend:
     # current device. ``on_device()`` is the way to enter it; the per-op hot path
     # (Function.apply) tests it for None instead, so the CPU pays no `with` per op.
     _cuda_device: Any = None
-    # capture.py's recorder while a function is being captured: host reads and random
+    # capturing.py's recorder while a function is being captured: host reads and random
     # draws outside an op are refused (a replay would repeat their captured values)
     capture_hook: ClassVar[Any] = None
 

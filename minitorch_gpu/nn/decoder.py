@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import amp
 from ..autograd import is_grad_enabled
-from ..capture import CapturedFunction
+from ..capturing import CapturedFunction
 from ..tensor import Tensor
 from .kv_cache import KVCache
 from .sampling import sample_next_token

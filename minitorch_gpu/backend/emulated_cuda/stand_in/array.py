@@ -42,8 +42,7 @@ def record_read(what: str) -> None:
     if not sync_allowed[0]:
         raise DeviceSynchronized(f"Synchronization detected while prohibited "
                                  f"(cupyx.allow_synchronize(False)): {what}")
-    from .graphs import check_not_capturing
-    check_not_capturing(what)
+    cuda.check_not_capturing(what)
     host_reads[0] += 1
     for watcher in read_watchers:
         watcher(what)

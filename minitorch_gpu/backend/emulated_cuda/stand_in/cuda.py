@@ -145,16 +145,24 @@ class Stream:
     def done(self) -> bool:
         return True
 
-    # CUDA Graphs: graphs.py records the calls made while the stream captures
+    # CUDA Graphs: graphs.py records the calls made while the stream captures (it puts
+    # its begin and end in capture_hooks when imported)
     _capture: Any = None
 
     def begin_capture(self, mode: Any = None) -> None:
-        from . import graphs
-        graphs.begin_capture(self, mode)
+        if self.ptr == 0:
+            raise RuntimeError("cannot capture on the default (legacy) stream")
+        if self._capture is not None:
+            raise CUDARuntimeError("cudaErrorIllegalState: the stream is already capturing")
+        self._capture = capture_hooks["begin"](self)
+        capturing_streams.add(self)
 
     def end_capture(self) -> Any:
-        from . import graphs
-        return graphs.end_capture(self)
+        if self._capture is None:
+            raise CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        capture, self._capture = self._capture, None
+        capturing_streams.discard(self)
+        return capture_hooks["end"](self, capture)
 
     def is_capturing(self) -> bool:
         return self._capture is not None
@@ -164,6 +172,15 @@ class Stream:
 
 
 _null_streams: Dict[int, Stream] = {}
+capture_hooks: Dict[str, Any] = {}  # graphs.py's begin and end of a capture
+capturing_streams: set = set()  # the streams capturing now
+
+
+def check_not_capturing(what: str) -> None:
+    """A host read while a stream captures: CUDA refuses the synchronous copy."""
+    if capturing_streams:
+        raise CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: operation not "
+                               f"permitted when stream is capturing ({what})")
 
 
 def get_current_stream(device_id: Optional[int] = None) -> Stream:
@@ -237,6 +254,13 @@ def get_elapsed_time(start_event: Event, end_event: Event) -> float:
     return (end._time - start._time) * 1000.0
 
 
+class _Allocation:
+    """What ``MemoryPool.malloc`` gives: memory at ``ptr`` (an allocator's result)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.mem, self.ptr = array, array.__array_interface__["data"][0]
+
+
 class MemoryPool:
     """``cupy.get_default_memory_pool()``: the bytes of the live device buffers. A pool of
     one's own (``cupy.cuda.MemoryPool()``, a graph's) allocates the same guarded buffers:
@@ -246,8 +270,7 @@ class MemoryPool:
         self.allocator = allocator
 
     def malloc(self, size: int) -> Any:
-        from .array import ndarray
-        return ndarray((int(size),), np.uint8).data
+        return _Allocation(memory.empty((int(size),), np.uint8))
 
     def used_bytes(self) -> int:
         return memory.bytes_in_use()

@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator, List, Optional
 import numpy as np
 
 from .. import memory
-from . import cuda
+from . import cuda, random
+from .array import ndarray
 
 _depth = [0]  # > 0 inside a recorded call (its inner calls are its own) or a launch
 
@@ -56,7 +57,6 @@ class Graph:
 
 def _copy_into(recorded: Any, new: Any) -> None:
     """A launch's result of one call into the memory of the capture's result."""
-    from .array import ndarray
     if isinstance(recorded, ndarray) and isinstance(new, ndarray):
         if new._view is not recorded._view and not (
                 new._view.__array_interface__["data"][0] ==
@@ -73,7 +73,6 @@ class Capture:
     until the capture ends, to be poisoned then)."""
 
     def __init__(self) -> None:
-        from . import random
         self.calls: List[tuple] = []
         self.allocated: List[np.ndarray] = []
         # the random streams' states: a GPU runs no draw while capturing, the stand-in
@@ -84,7 +83,6 @@ class Capture:
         self.allocated.append(array)
 
 
-_capturing: set = set()  # the streams capturing now
 
 
 def capturing() -> Optional[Capture]:
@@ -121,23 +119,13 @@ def record_methods(cls: type, names: Any) -> None:
             setattr(cls, name, recorded(method))
 
 
-def begin_capture(stream: Any, mode: Any = None) -> None:
-    if stream.ptr == 0:
-        raise RuntimeError("cannot capture on the default (legacy) stream")
-    if getattr(stream, "_capture", None) is not None:
-        raise cuda.CUDARuntimeError("cudaErrorIllegalState: the stream is already "
-                                    "capturing")
-    stream._capture = Capture()
-    _capturing.add(stream)
-    memory.allocation_watchers.append(stream._capture.allocated_array)
+def _begin(stream: Any) -> Capture:
+    capture = Capture()
+    memory.allocation_watchers.append(capture.allocated_array)
+    return capture
 
 
-def end_capture(stream: Any) -> Graph:
-    capture = getattr(stream, "_capture", None)
-    if capture is None:
-        raise cuda.CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
-    stream._capture = None
-    _capturing.discard(stream)
+def _end(stream: Any, capture: Capture) -> Graph:
     memory.allocation_watchers.remove(capture.allocated_array)
     for array in capture.allocated:  # not written yet on a GPU: poisoned until a launch
         array.reshape(-1).view(np.uint8)[...] = 0xFF
@@ -146,11 +134,7 @@ def end_capture(stream: Any) -> Graph:
     return Graph(capture.calls, stream.device_id)
 
 
-def check_not_capturing(what: str) -> None:
-    """A host read while a stream captures: CUDA refuses the synchronous copy."""
-    if _capturing:
-        raise cuda.CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: operation not "
-                                    f"permitted when stream is capturing ({what})")
+cuda.capture_hooks.update(begin=_begin, end=_end)
 
 
 @contextlib.contextmanager
