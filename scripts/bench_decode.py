@@ -52,7 +52,7 @@ def one_token_step(model, prompt):
         decoder.cache.length = prompt.shape[1]
         position = decoder.position(prompt.shape[1])
         decoder.step(token, position)  # captured, if it was not
-        held = decoder.step._captures[decoder.step._key((token, position))]
+        held = decoder.token_step._captures[decoder.token_step._key((token, position))]
     return held, [token.data, position.data]
 
 

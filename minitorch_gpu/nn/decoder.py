@@ -13,8 +13,8 @@ A ``CapturedDecoder`` holds one model's cache and captured step for one batch si
 device, cache dtype and sampling setting; ``decoder_for`` keeps the latest per model (a
 new setting replaces it, and with it its cache) and makes one when asked for another.
 The prompt (and the window again each time it slides) is a step of its length from
-position 0, captured once per length too. On a GPU each capture is a CUDA Graph: a token
-is one launch.
+position 0, captured once per length too. On a GPU the one-token step is a CUDA Graph:
+a token is one launch.
 """
 from __future__ import annotations
 
@@ -34,11 +34,15 @@ __all__ = ["CapturedDecoder", "decoder_for"]
 
 
 class CapturedDecoder:
-    """The captured step ``(tokens (B, T), position (1,)) -> next token (B, 1)`` of one
+    """The captured steps ``(tokens (B, T), position (1,)) -> next token (B, 1)`` of one
     model: ``model.decode_step`` into ``cache``, then ``sample_next_token`` with the
     sampling setting fixed here (a replay draws fresh numbers from the seeded stream, the
-    ones an eager step would draw). One capture per T: the prompt's length, the window's
-    after it slides, and 1 for each token after."""
+    ones an eager step would draw). Two captured functions: ``token_step`` for the one
+    token after a prompt (on a GPU a CUDA Graph: one launch per token), and
+    ``prompt_step`` for a prompt and the window after it slides, one capture per length,
+    always replayed op by op: a graph of a whole window would hold every activation of
+    its forward for as long as the decoder lives (a GPU's gigabyte at GPT-2's 1,024), and
+    it runs once per ``window_shift`` tokens."""
 
     def __init__(self, model: Any, batch_size: int, device: Any, dtype: Any,
                  sampling: tuple) -> None:
@@ -52,10 +56,26 @@ class CapturedDecoder:
             logits = model_ref().decode_step(tokens, position, cache)  # (B, V)
             return sample_next_token(logits, temperature, top_k, top_p)
 
-        # three shapes: the prompt, the window after it slides, and one token
-        self.step = CapturedFunction(decode, max_captures=3,
-                                     name=f"{type(model).__name__}.decode_step")
+        name = f"{type(model).__name__}.decode_step"
+        self.token_step = CapturedFunction(decode, max_captures=1, name=name)
+        # the prompt's length and the slid window's: two captures
+        self.prompt_step = CapturedFunction(decode, max_captures=2, name=name,
+                                            cuda_graphs=False)
         self._backend = self.cache.keys[0]._backend
+
+    def step(self, tokens: Tensor, position: Tensor) -> Tensor:
+        """The next token (B, 1) after ``tokens`` (B, T) at ``position``: a replay of the
+        step captured for T (captured now if there is none)."""
+        chosen = self.token_step if tokens.shape[1] == 1 else self.prompt_step
+        return chosen(tokens, position)
+
+    @property
+    def captures(self) -> int:
+        return self.token_step.captures + self.prompt_step.captures
+
+    @property
+    def replays(self) -> int:
+        return self.token_step.replays + self.prompt_step.replays
 
     def position(self, value: int) -> Tensor:
         """The position ``value`` as the step's (1,) int64 input on the cache's device."""
@@ -66,7 +86,7 @@ class CapturedDecoder:
     def nbytes(self) -> int:
         """The cache's buffers and what one replay of the step allocates at most."""
         cache = sum(t.nbytes for t in self.cache.keys + self.cache.values)
-        return cache + self.step.nbytes
+        return cache + self.token_step.nbytes + self.prompt_step.nbytes
 
 
 _DECODERS: "weakref.WeakKeyDictionary[Any, CapturedDecoder]" = weakref.WeakKeyDictionary()

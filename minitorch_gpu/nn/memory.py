@@ -52,7 +52,10 @@ values (C when n_kv_head = n_head); the arrays themselves are listed by ``model_
 * generation: the KV cache, 2 L B T_max K w (n_kv_head heads; K = C for GPT-2), one
   forward pass of a whole window (no saved activations: the larger of a layer's attention
   and MLP buffers, beside the layer's input and output on the residual stream), the last
-  position's logits and the sampler's sort;
+  position's logits and the sampler's sort; on a GPU the captured one-token step's CUDA
+  Graph, which keeps every op result of a step as a one-position training pass saves
+  its activations (the captured steps of the CPU, and the prompt's everywhere, allocate
+  as eager ones do and keep nothing);
 * building the model (on the host): the parameters, a tied ``lm_head``'s own matrix until
   it is tied to the embedding's and the draw that initialises the largest matrix (3 V C w
   for a large vocabulary), and a checkpoint's arrays, read before the model takes them
@@ -277,6 +280,11 @@ def estimate_memory(work: Workload) -> MemoryEstimate:
         parts["KV cache"] = 2 * L * work.batch * work.block_size * s.kv_width * w
         parts["activations"], _ = _pass(work, work.batch, work.block_size, training=False)
         parts["logits"] = work.batch * V * (a + 4 * f + 8)  # softmax, sort and its order
+        if work.device.startswith("cuda"):
+            # the one-token step's CUDA Graph (nn/decoder.py) keeps every op's result, as
+            # a training pass of one position saves its activations, and its logits
+            graph, logits = _pass(work, work.batch, 1, training=True)
+            parts["CUDA Graph"] = graph + logits
     elif work.task == "forward":
         parts["activations"], parts["logits"] = _pass(work, work.batch, T, training=False)
     else:
