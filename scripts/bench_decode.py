@@ -2,6 +2,7 @@
 dispatch) against a replay of the captured decode step, per token, on the bench's cases.
 
     python scripts/bench_decode.py [--cases baby,small,llama] [--tokens 200] [--repeats 5]
+    python scripts/bench_decode.py --device cuda --cases baby,gpt2   # a GPU: graphs
 
 For each case, at batch 1 after a 16-token prompt, as ``minitorch-gpu bench`` generates:
 
@@ -16,7 +17,10 @@ For each case, at batch 1 after a 16-token prompt, as ``minitorch-gpu bench`` ge
   accounting over the replays (cProfile slows every call alike; the share is what it
   reports, not a timing).
 
-The machine's BLAS (threadpoolctl) is printed first: the figures depend on its kernels.
+On a GPU (``--device cuda``) the captured one-token step is a CUDA Graph: only the
+per-token figures are printed (a launch has no op list to time), each run ending with a
+synchronisation. The machine's BLAS (threadpoolctl) is printed first: the CPU's figures
+depend on its kernels.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import statistics
 import time
 
 import minitorch_gpu as mt
-from minitorch_gpu.bench.runner import CASES, case_config
+from minitorch_gpu.bench.runner import CASES, GPU_CASES, case_config
 from minitorch_gpu.nn import model_for
 from minitorch_gpu.nn.decoder import decoder_for
 from minitorch_gpu.system.machine import describe_libraries, libraries
@@ -35,11 +39,16 @@ from minitorch_gpu.system.machine import describe_libraries, libraries
 
 def per_token_us(model, prompt, tokens: int, repeats: int, capture: bool) -> float:
     window = model.config.block_size // 2
-    model.generate(prompt, tokens, 1.0, window_shift=window, capture=capture)  # warm-up
+    backend = prompt._backend
+
+    def run() -> None:
+        model.generate(prompt, tokens, 1.0, window_shift=window, capture=capture)
+        backend.synchronize()
+    run()  # warm-up (the captures)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        model.generate(prompt, tokens, 1.0, window_shift=window, capture=capture)
+        run()
         times.append(time.perf_counter() - start)
     return statistics.median(times) / tokens * 1e6
 
@@ -47,7 +56,7 @@ def per_token_us(model, prompt, tokens: int, repeats: int, capture: bool) -> flo
 def one_token_step(model, prompt):
     """The decoder's one-token capture, and its inputs at the position after the prompt."""
     with mt.no_grad():
-        decoder = decoder_for(model, 1, "cpu", mt.float32, 1.0, None, None)
+        decoder = decoder_for(model, 1, prompt.device, mt.float32, 1.0, None, None)
         token = decoder.step(prompt, decoder.position(0))  # the prompt's step
         decoder.cache.length = prompt.shape[1]
         position = decoder.position(prompt.shape[1])
@@ -89,16 +98,22 @@ def main() -> None:
     parser.add_argument("--cases", default="baby,small,llama")
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     print(describe_libraries(libraries()))
     print(f"{'case':6s} {'eager us/tok':>12s} {'captured':>9s} {'speed-up':>8s} | one-token "
           f"step: {'ops':>4s} {'forwards':>8s} {'replay':>7s} {'array share':>11s}")
+    cases = {**CASES, **GPU_CASES}
     for case in args.cases.split(","):
         mt.manual_seed(0)
-        model = model_for(case_config(CASES[case])).eval()
-        prompt = mt.randint(0, CASES[case]["vocab_size"], (1, 16))
+        model = model_for(case_config(cases[case])).to(args.device).eval()
+        prompt = mt.randint(0, cases[case]["vocab_size"], (1, 16), device=args.device)
         eager = per_token_us(model, prompt, args.tokens, args.repeats, False)
         captured = per_token_us(model, prompt, args.tokens, args.repeats, True)
+        if args.device != "cpu":  # a graph: nothing to split
+            print(f"{case:6s} {eager:12.0f} {captured:9.0f} {eager / captured:7.2f}x | "
+                  f"a CUDA Graph per token on {args.device}")
+            continue
         split = step_split(*one_token_step(model, prompt))
         print(f"{case:6s} {eager:12.0f} {captured:9.0f} {eager / captured:7.2f}x | "
               f"{'':10s} {split['ops']:4d} {split['forwards']:8.0f} {split['replay']:7.0f} "

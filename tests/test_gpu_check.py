@@ -23,8 +23,8 @@ import minitorch_gpu as mt
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu_check.py"
-STEP_NAMES = ["env", "tests", "bench", "train", "llama", "profile", "memcheck", "rest",
-              "racecheck"]
+STEP_NAMES = ["env", "tests", "bench", "decode", "train", "llama", "profile", "memcheck",
+              "rest", "racecheck"]
 ROW = re.compile(r"^(\w+)\s+(ok|TIMEOUT|skipped|FAILED rc -?\d+|not run)\s+([\d.]+)?\s+(\d+)",
                  re.M)
 

@@ -59,6 +59,13 @@ def bench_command(run: Run) -> Command:
             "--no-generate"]
 
 
+def decode_command(run: Run) -> Command:
+    """Generation's per-token time, eager against the captured step's CUDA Graph."""
+    sizes = ["--cases", "baby", "--tokens", "6", "--repeats", "1"] if run.dry else \
+        ["--cases", "baby,small,gpt2", "--tokens", "100", "--repeats", "2"]
+    return [run.python, "scripts/bench_decode.py", "--device", "cuda", *sizes]
+
+
 def train_corpus(chars: int = 3_000_000) -> tuple:
     """(--set overrides, a line saying which corpus): $TINYSHAKESPEARE, else
     $MINITORCH_GPU_CORPUS, else the first ``chars`` characters of the standard

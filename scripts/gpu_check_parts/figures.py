@@ -44,6 +44,13 @@ def json_lines(text: str) -> List[dict]:
     return records
 
 
+def decode_figure(text: str, run: Run) -> str:
+    """"baby 1234 -> 456 us/token (2.71x)" per case, from bench_decode.py's table."""
+    rows = re.findall(r"^(\w+)\s+(\d+)\s+(\d+)\s+([\d.]+)x \| a CUDA Graph", text, re.M)
+    return "; ".join(f"{case} {eager} -> {graph} us/token ({ratio}x)"
+                     for case, eager, graph, ratio in rows) or "no measurement"
+
+
 def bench_figure(text: str, run: Run) -> str:
     records = json_lines(text)
     peaks = [r["gflop_per_s"] for r in records if r.get("case") == "matmul_peak"]

@@ -1,12 +1,12 @@
 """The steps, in order, most informative first."""
 from __future__ import annotations
 
-from .commands import (bench_command, env_command, memcheck_command, profile_command,
-                       racecheck_command, rest_command, stdlib_chars, tests_command,
-                       train_command, train_corpus)
+from .commands import (bench_command, decode_command, env_command, memcheck_command,
+                       profile_command, racecheck_command, rest_command, stdlib_chars,
+                       tests_command, train_command, train_corpus)
 from .definitions import Step
-from .figures import (append_metrics, bench_figure, env_figure, profile_figure,
-                      pytest_figure, sanitizer_figure, train_figure)
+from .figures import (append_metrics, bench_figure, decode_figure, env_figure,
+                      profile_figure, pytest_figure, sanitizer_figure, train_figure)
 
 STEPS = [
     Step("env", 20, "env.txt", "nvidia-smi, CuPy's config, versions, the GPU as minitorch_gpu "
@@ -15,7 +15,9 @@ STEPS = [
          tests_command, pytest_figure, test_timeout_s=40),
     Step("bench", 55, "bench.log", "GPT-2 124M training step, bf16, batch 16 x 1024",
          bench_command, bench_figure),
-    Step("train", 55, "train.log", "shakespeare_char_gpu.yaml in bf16, 220 iterations",
+    Step("decode", 15, "bench.log", "generation's tokens eager against the captured step's "
+         "CUDA Graph (baby, small, GPT-2 124M)", decode_command, decode_figure),
+    Step("train", 45, "train.log", "shakespeare_char_gpu.yaml in bf16, 220 iterations",
          train_command("configs/shakespeare_char_gpu.yaml", 220, "checkpoints"), train_figure,
          after=append_metrics("checkpoints"),
          note=lambda run: f"corpus: {train_corpus(stdlib_chars(run))[1]}"),
@@ -24,7 +26,7 @@ STEPS = [
          train_command("configs/llama_small.yaml", 120, "checkpoints_llama"), train_figure,
          after=append_metrics("checkpoints_llama"),
          note=lambda run: f"corpus: {train_corpus(stdlib_chars(run))[1]}"),
-    Step("profile", 25, "profile.txt", "profile --backward of the GPT-2 124M shape, batch 8",
+    Step("profile", 20, "profile.txt", "profile --backward of the GPT-2 124M shape, batch 8",
          profile_command, profile_figure),
     Step("memcheck", 45, "sanitizer.log", "compute-sanitizer memcheck over the kernel tests",
          memcheck_command, sanitizer_figure, test_timeout_s=120,
