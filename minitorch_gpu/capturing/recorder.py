@@ -11,10 +11,9 @@ import numpy as np
 from ..backend import Backend
 from ..tensor import Tensor
 
+
 class CaptureError(RuntimeError):
     """A captured function did something a replay could not repeat."""
-
-
 
 
 # --- the recorder -------------------------------------------------------------------------
@@ -171,7 +170,7 @@ def _short(code: Any) -> str:
 def _caller_outside() -> str:
     """The first function outside the engine's plumbing (tensor, backend, capture)."""
     frame = sys._getframe(2)
-    skip = ("/backend/", "/capturing.py", "/tensor.py", "/tensor_math.py")
+    skip = ("/backend/", "/capturing/", "/tensor.py", "/tensor_math.py")
     while frame is not None:
         name = frame.f_code.co_filename.replace("\\", "/")
         if not any(s in name for s in skip):
