@@ -124,7 +124,8 @@ class CausalLM(Module):
             x = self._hidden(tokens, position, kv_cache)  # (B, T, C)
         finally:
             kv_cache.position = None
-        return self.lm_head(x[:, -1:, :]).squeeze(1)  # (B, V): the last position's
+        last = x if x.shape[1] == 1 else x[:, -1:, :]  # (B, 1, C): the last position
+        return self.lm_head(last).squeeze(1)  # (B, V)
 
     def crop_block_size(self, block_size: int) -> None:
         """Shrink the context to ``block_size`` positions, as nanoGPT does to fine-tune a

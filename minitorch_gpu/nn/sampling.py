@@ -34,7 +34,9 @@ def sample_next_token(logits: Tensor, temperature: float = 1.0, top_k: Optional[
     # in float64 and shifted so the largest logit is 0: a tiny temperature then sends the
     # others towards -inf (probability 0) instead of overflowing the largest to inf (nan)
     logits = logits.double()
-    logits = (logits - logits.amax(-1, keepdim=True)) / temperature
+    logits = logits - logits.amax(-1, keepdim=True)
+    if temperature != 1.0:  # x / 1.0 is x: no op for the common case
+        logits = logits / temperature
     top_k = None if top_k is None else int(top_k)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = topk(logits, top_k, dim=-1)[0][:, -1:]  # (B, 1): the k-th largest logit
