@@ -1,0 +1,389 @@
+"""Flash attention on the CPU: forward and backward in tiles with an online softmax, the
+launchers of ``backend/kernels/attention.py`` (``flash_attention_forward`` and
+``flash_attention_backward``, same arguments and results), so ``ops/attention.py``'s kernel
+branch serves both devices. It adds what the dense path has and the CUDA flash kernels do
+not: dropout, by the CUDA kernels' hash (``softmax._kept``), so both devices drop the same
+elements for a seed.
+
+q, k, v and dO are read where they lie: the layout is the CUDA launcher's
+(``attention_layout``: GPT's (B, nh, T, hs) heads of the packed (B, T, 3C) projection by
+their strides, no copies; grouped-query attention as q (..., Hkv, G, L, E) over k, v
+(..., Hkv, 1, S, E)). Each array is handed to the compiled loops as a flat view from its
+first element, with its strides in elements.
+
+Forward: a (batch, head, query block) at a time, split over the cores. The block's queries
+(``BLOCK_Q`` rows, pre-scaled) meet the keys ``BLOCK_K`` at a time: the scores tile as
+rank-1 updates over the head dim (each key tile transposed once, so the innermost loop
+runs along the tile's keys and vectorises), then the running max m, the running sum l and
+the accumulator acc updated as in ``attention.cu``; causal key blocks after the diagonal
+are never visited. o = acc / l and lse = m + log(l) are written.
+
+Backward: a (batch, kv head) at a time, split over the cores, so dK and dV (summed over a
+group's G query heads) and dQ each have one writer and no locks. For each key block, the
+query blocks that see it: P rebuilt from the saved lse, dV += P^T dO, dP = dO V^T,
+dS = P (dP - D) with D = rowsum(dO o), dQ += scale dS K, dK += scale dS^T Q.
+
+Arithmetic is float32 (the accumulators too); inputs are float32 NumPy arrays.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from ..kernels.attention import attention_group, attention_layout
+from .activations import _is_float32
+from .compiler import exp32, jit, split_rows
+from .softmax import _dropout_arguments, _kept
+
+BLOCK_Q = 64  # query rows per tile: each key tile transposed is reused over them
+BLOCK_K = 64  # keys per tile: the scores row of a query (64 floats) stays in L1
+# The dispatch rule, measured (docs/DESIGN.md, PERF.md): the fused kernel takes attention
+# with at least FUSED_FROM_KEYS keys and FUSED_FROM_QUERIES queries; the dense path (BLAS
+# products around the softmax kernel) takes the rest, where it was the faster
+FUSED_FROM_KEYS = 128
+FUSED_FROM_QUERIES = 16
+_ZERO, _ONE = np.float32(0.0), np.float32(1.0)
+_NEG_INF = np.float32(-np.inf)
+
+
+def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
+                             dropout_p: float) -> bool:
+    """float32 NumPy q, k, v in the launcher's forms (one batch shape, or grouped: q
+    (..., Hkv, G, L, E), k and v (..., Hkv, 1, S, E)), one head size, no attn_mask, causal
+    or not, dropout or not; and where the kernel is the faster path (the measured rule:
+    ``fused_is_faster``)."""
+    if mask is not None or not _is_float32(q, k, v) or not 0.0 <= dropout_p < 1.0:
+        return False
+    if q.ndim < 2 or not attention_group(q, k, v) or q.size == 0 or k.size == 0:
+        return False
+    if not (q.shape[-1] == k.shape[-1] == v.shape[-1] and k.shape[-2] == v.shape[-2]):
+        return False
+    return fused_is_faster(q.shape[-2], k.shape[-2], q.shape[-1])
+
+
+def fused_is_faster(queries: int, keys: int, head_dim: int) -> bool:
+    """Whether the fused kernel beats the dense path at this size (measured by
+    ``scripts/bench_ops.py --attention-sweep``; the crossover is in docs/DESIGN.md)."""
+    return keys >= FUSED_FROM_KEYS and queries >= FUSED_FROM_QUERIES
+
+
+def _flat(a: Any) -> Any:
+    """A 1-D view of the memory ``a`` spans, from its first element (strides >= 0)."""
+    span = 1 + sum((n - 1) * s // a.itemsize for n, s in zip(a.shape, a.strides))
+    return np.lib.stride_tricks.as_strided(a, shape=(span,), strides=(a.itemsize,))
+
+
+def _layout(arrays: list, group: int) -> Tuple[list, int, tuple]:
+    """The CUDA launcher's layout (``attention_layout``), arrays with a negative stride
+    copied first; returns the flat views, the head count and the strides (int64)."""
+    arrays = [np.ascontiguousarray(a) if min(a.strides, default=0) < 0 else a
+              for a in arrays]
+    arrays, heads, strides = attention_layout(arrays, group)
+    return [_flat(a) for a in arrays], heads, tuple(np.int64(s) for a in strides for s in a)
+
+
+def _check(op: str, q: Any, k: Any, v: Any) -> Tuple[int, int, int, int]:
+    """(query heads, L, S, E) after checking dtypes and shapes; raises naming the argument."""
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not _is_float32(a):
+            raise TypeError(f"{op}: {name} must be a float32 NumPy array, got "
+                            f"{type(a).__name__} of {getattr(a, 'dtype', None)}")
+    if q.ndim < 2 or not q.ndim == k.ndim == v.ndim or not attention_group(q, k, v):
+        raise ValueError(f"{op}: q, k, v must share their batch dims, or be grouped: q "
+                         f"(..., Hkv, G, L, E) with k, v (..., Hkv, 1, S, E); got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    E = q.shape[-1]
+    if not (E >= 1 and k.shape[-1] == v.shape[-1] == E and k.shape[-2] == v.shape[-2]):
+        raise ValueError(f"{op}: expected k and v of shape (..., S, {E}), got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    L, S = q.shape[-2], k.shape[-2]
+    if L < 1 or S < 1:
+        raise ValueError(f"{op}: needs at least one query and one key, got L={L}, S={S}")
+    return q.size // (L * E), L, S, E
+
+
+@jit
+def _dot_tile(a, b, c, m, n, r, add):  # pragma: no cover - compiled
+    """c[i, j] (+)= sum over e < r of a[i, e] b[j, e], for i < m, j < n: each dot product a
+    reduction along contiguous rows (vectorised), in 2 x 2 blocks so every row loaded
+    serves two products."""
+    i = 0
+    while i + 1 < m:
+        a0, a1, c0, c1 = a[i], a[i + 1], c[i], c[i + 1]
+        j = 0
+        while j + 1 < n:
+            b0, b1 = b[j], b[j + 1]
+            s00 = s01 = s10 = s11 = _ZERO
+            for e in range(r):
+                s00 += a0[e] * b0[e]
+                s01 += a0[e] * b1[e]
+                s10 += a1[e] * b0[e]
+                s11 += a1[e] * b1[e]
+            if add:
+                s00 += c0[j]
+                s01 += c0[j + 1]
+                s10 += c1[j]
+                s11 += c1[j + 1]
+            c0[j], c0[j + 1], c1[j], c1[j + 1] = s00, s01, s10, s11
+            j += 2
+        if j < n:
+            b0 = b[j]
+            s00 = s10 = _ZERO
+            for e in range(r):
+                s00 += a0[e] * b0[e]
+                s10 += a1[e] * b0[e]
+            c0[j] = c0[j] + s00 if add else s00
+            c1[j] = c1[j] + s10 if add else s10
+        i += 2
+    if i < m:
+        a0, c0 = a[i], c[i]
+        for j in range(n):
+            b0 = b[j]
+            s00 = _ZERO
+            for e in range(r):
+                s00 += a0[e] * b0[e]
+            c0[j] = c0[j] + s00 if add else s00
+
+
+@jit
+def _load_rows(src, at, stride, rows, scale, dst):  # pragma: no cover - compiled
+    """dst[i] = scale * src[at + i * stride : ... + E], i < rows (a tile of rows read in
+    place; the row's elements are contiguous)."""
+    E = dst.shape[1]
+    for i in range(rows):
+        row, out = src[at + i * stride:], dst[i]
+        for e in range(E):
+            out[e] = row[e] * scale
+
+
+@jit
+def _load_columns(src, at, stride, rows, dst):  # pragma: no cover - compiled
+    """dst[e, i] = src[at + i * stride + e]: a tile of rows, transposed."""
+    E = dst.shape[0]
+    for i in range(rows):
+        row = src[at + i * stride:]
+        for e in range(E):
+            dst[e, i] = row[e]
+
+
+@jit
+def _forward(q, k, v, o, lse, L, S, E, heads, group, scale, causal, threshold, keep_scale,
+             seed, q_batch, q_head, q_group, q_row, k_batch, k_head, k_row, v_batch, v_head,
+             v_row, start, stop):  # pragma: no cover - compiled
+    tiles = (L + BLOCK_Q - 1) // BLOCK_Q
+    qt = np.empty((BLOCK_Q, E), np.float32)  # the block's queries, times scale
+    kb = np.empty((BLOCK_K, E), np.float32)  # a key tile
+    vt = np.empty((E, BLOCK_K), np.float32)  # a value tile, transposed
+    s = np.empty((BLOCK_Q, BLOCK_K), np.float32)  # scores, then weights
+    acc = np.zeros((BLOCK_Q, E), np.float32)
+    m = np.empty(BLOCK_Q, np.float32)
+    total = np.empty(BLOCK_Q, np.float32)
+    for unit in range(start, stop):
+        tile = unit % tiles
+        problem = unit // tiles  # the query head, (b * heads + h) * group + g
+        g = problem % group
+        h = (problem // group) % heads
+        b = problem // (group * heads)
+        q0 = tile * BLOCK_Q
+        rows = min(BLOCK_Q, L - q0)
+        k_at = b * k_batch + h * k_head
+        v_at = b * v_batch + h * v_head
+        _load_rows(q, b * q_batch + h * q_head + g * q_group + q0 * q_row, q_row, rows,
+                   scale, qt)
+        for i in range(rows):
+            m[i] = _NEG_INF
+            total[i] = _ZERO
+            accr = acc[i]
+            for e in range(E):
+                accr[e] = _ZERO
+        kv_end = min(S, q0 + rows) if causal else S  # later keys: masked for every row
+        for k0 in range(0, kv_end, BLOCK_K):
+            cols = min(BLOCK_K, kv_end - k0)
+            _load_rows(k, k_at + k0 * k_row, k_row, cols, _ONE, kb)
+            _load_columns(v, v_at + k0 * v_row, v_row, cols, vt)
+            _dot_tile(qt, kb, s, rows, cols, E, False)
+            for i in range(rows):
+                sr, accr = s[i], acc[i]
+                seen = min(cols, q0 + i + 1 - k0) if causal else cols
+                if seen <= 0:
+                    for j in range(cols):
+                        sr[j] = _ZERO
+                    continue
+                top = m[i]
+                for j in range(seen):
+                    top = max(top, sr[j])
+                alpha = exp32(m[i] - top) if m[i] > _NEG_INF else _ZERO
+                added = _ZERO
+                for j in range(seen):
+                    p = exp32(sr[j] - top)
+                    sr[j] = p
+                    added += p
+                for j in range(seen, cols):
+                    sr[j] = _ZERO
+                m[i] = top
+                total[i] = total[i] * alpha + added
+                if threshold:
+                    base = (np.uint64(problem) * np.uint64(L) + np.uint64(q0 + i)) * \
+                        np.uint64(S) + np.uint64(k0)
+                    for j in range(seen):
+                        if _kept(seed, base + np.uint64(j), threshold):
+                            sr[j] *= keep_scale
+                        else:
+                            sr[j] = _ZERO
+                for e in range(E):
+                    accr[e] *= alpha
+            _dot_tile(s, vt, acc, rows, E, cols, True)  # acc += P V
+        for i in range(rows):
+            inverse = _ONE / total[i]
+            accr, dst = acc[i], o[problem * L + q0 + i]
+            for e in range(E):
+                dst[e] = accr[e] * inverse
+            lse[problem * L + q0 + i] = m[i] + np.log(total[i])
+
+
+@jit
+def _backward(q, k, v, do, o, lse, dq, dk, dv, L, S, E, heads, group, scale, causal,
+              threshold, keep_scale, seed, q_batch, q_head, q_group, q_row, k_batch, k_head,
+              k_row, v_batch, v_head, v_row, d_batch, d_head, d_group, d_row, start,
+              stop):  # pragma: no cover - compiled
+    qb = np.empty((BLOCK_Q, E), np.float32)  # the query tile
+    qt = np.empty((E, BLOCK_Q), np.float32)  # ... transposed
+    dob = np.empty((BLOCK_Q, E), np.float32)  # its output gradient
+    dot = np.empty((E, BLOCK_Q), np.float32)  # ... transposed
+    dqb = np.empty((BLOCK_Q, E), np.float32)  # its gradient, summed over the key tiles
+    kb = np.empty((BLOCK_K, E), np.float32)
+    kt = np.empty((E, BLOCK_K), np.float32)
+    vb = np.empty((BLOCK_K, E), np.float32)
+    p = np.empty((BLOCK_Q, BLOCK_K), np.float32)  # the weights, then dS
+    dp = np.empty((BLOCK_Q, BLOCK_K), np.float32)
+    pt = np.empty((BLOCK_K, BLOCK_Q), np.float32)  # the kept weights, then dS, transposed
+    delta = np.empty(BLOCK_Q, np.float32)  # D = rowsum(dO o)
+    for kv_head in range(start, stop):
+        h = kv_head % heads
+        b = kv_head // heads
+        k_at = b * k_batch + h * k_head
+        v_at = b * v_batch + h * v_head
+        for j in range(kv_head * S, (kv_head + 1) * S):
+            dkr, dvr = dk[j], dv[j]
+            for e in range(E):
+                dkr[e] = _ZERO
+                dvr[e] = _ZERO
+        for g in range(group):
+            problem = kv_head * group + g
+            for q0 in range(0, L, BLOCK_Q):
+                rows = min(BLOCK_Q, L - q0)
+                q_at = b * q_batch + h * q_head + g * q_group + q0 * q_row
+                d_at = b * d_batch + h * d_head + g * d_group + q0 * d_row
+                _load_rows(q, q_at, q_row, rows, _ONE, qb)
+                _load_columns(q, q_at, q_row, rows, qt)
+                _load_rows(do, d_at, d_row, rows, _ONE, dob)
+                _load_columns(do, d_at, d_row, rows, dot)
+                for i in range(rows):
+                    dor, orow, dqr = dob[i], o[problem * L + q0 + i], dqb[i]
+                    total = _ZERO
+                    for e in range(E):
+                        total += dor[e] * orow[e]
+                        dqr[e] = _ZERO
+                    delta[i] = total
+                kv_end = min(S, q0 + rows) if causal else S
+                for k0 in range(0, kv_end, BLOCK_K):
+                    cols = min(BLOCK_K, kv_end - k0)
+                    _load_rows(k, k_at + k0 * k_row, k_row, cols, _ONE, kb)
+                    _load_columns(k, k_at + k0 * k_row, k_row, cols, kt)
+                    _load_rows(v, v_at + k0 * v_row, v_row, cols, _ONE, vb)
+                    _dot_tile(qb, kb, p, rows, cols, E, False)  # scores / scale
+                    _dot_tile(dob, vb, dp, rows, cols, E, False)  # dP = dO V^T
+                    for i in range(rows):
+                        pr, dpr = p[i], dp[i]
+                        seen = min(cols, q0 + i + 1 - k0) if causal else cols
+                        seen = max(seen, 0)
+                        row_lse, row_delta = lse[problem * L + q0 + i], delta[i]
+                        for j in range(seen):
+                            pr[j] = exp32(pr[j] * scale - row_lse)
+                        for j in range(seen, cols):
+                            pr[j] = _ZERO
+                        if threshold:
+                            base = (np.uint64(problem) * np.uint64(L) +
+                                    np.uint64(q0 + i)) * np.uint64(S) + np.uint64(k0)
+                            for j in range(cols):
+                                w = keep_scale if _kept(seed, base + np.uint64(j),
+                                                        threshold) else _ZERO
+                                pt[j, i] = pr[j] * w  # the weights as dropout left them
+                                dpr[j] *= w
+                        else:
+                            for j in range(cols):
+                                pt[j, i] = pr[j]
+                        for j in range(cols):  # dS, times scale
+                            pr[j] = scale * pr[j] * (dpr[j] - row_delta)
+                    dv_tile = dv[kv_head * S + k0:]
+                    _dot_tile(pt, dot, dv_tile, cols, E, rows, True)  # dV += P^T dO
+                    _dot_tile(p, kt, dqb, rows, E, cols, True)  # dQ += dS K
+                    for i in range(rows):
+                        pr = p[i]
+                        for j in range(cols):
+                            pt[j, i] = pr[j]
+                    dk_tile = dk[kv_head * S + k0:]
+                    _dot_tile(pt, qt, dk_tile, cols, E, rows, True)  # dK += dS^T Q
+                for i in range(rows):
+                    src, dst = dqb[i], dq[problem * L + q0 + i]
+                    for e in range(E):
+                        dst[e] = src[e]
+
+
+def flash_attention_forward(q: Any, k: Any, v: Any, causal: bool, scale: float,
+                            dropout_p: float = 0.0,
+                            seed: Optional[Any] = None) -> Tuple[Any, Any]:
+    """softmax(q k^T * scale [causal]) v without storing the (L, S) scores, as the CUDA
+    launcher of the same name: q (..., L, E), k and v (..., S, E) float32, read in place, or
+    the grouped form q (..., Hkv, G, L, E) over k, v (..., Hkv, 1, S, E). Returns ``(o,
+    lse)``, contiguous float32: o of q's shape and each query's log-sum-exp (q.shape[:-1]).
+    With ``dropout_p`` > 0 the weights are dropped out by the hash of ``seed`` (a (1,)
+    uint64 array) and each element's index in the (..., L, S) scores, as the dense path's
+    kernels do; lse stays that of the weights before dropout."""
+    op = "flash_attention_forward"
+    bh, L, S, E = _check(op, q, k, v)
+    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    group = attention_group(q, k, v)
+    (qf, kf, vf), heads, strides = _layout([q, k, v], group)
+    o = np.empty(q.shape, np.float32)
+    lse = np.empty(q.shape[:-1], np.float32)
+    tiles = -(-L // BLOCK_Q)
+    sizes = (np.int64(L), np.int64(S), np.int64(E), np.int64(heads), np.int64(group))
+    split_rows(bh * tiles, min(L, BLOCK_Q) * S * E // 8, lambda a, b: _forward(
+        qf, kf, vf, o.reshape(-1, E), lse.reshape(-1), *sizes, np.float32(scale), bool(causal),
+        threshold, keep_scale, seed, *strides, np.int64(a), np.int64(b)))
+    return o, lse
+
+
+def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
+                             causal: bool, scale: float, dropout_p: float = 0.0,
+                             seed: Optional[Any] = None) -> Tuple[Any, Any, Any]:
+    """Gradients ``(dq, dk, dv)``, contiguous float32, of ``flash_attention_forward`` given
+    ``do`` = dL/do, the weights rebuilt from the saved ``lse`` (and the dropout mask from
+    ``seed``), as the CUDA launcher of the same name. dk and dv have k's and v's shapes:
+    for grouped-query attention the sums over each group's query heads."""
+    op = "flash_attention_backward"
+    bh, L, S, E = _check(op, q, k, v)
+    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    for name, a, shape in (("o", o, q.shape), ("do", do, q.shape), ("lse", lse, q.shape[:-1])):
+        if type(a) is not np.ndarray or a.dtype.kind != "f" or a.shape != shape:
+            raise ValueError(f"{op}: {name} must be a float NumPy array of shape {shape}, got "
+                             f"{type(a).__name__} {getattr(a, 'dtype', None)} "
+                             f"{tuple(getattr(a, 'shape', ()))}")
+    group = attention_group(q, k, v)
+    do = do.astype(np.float32, copy=False)
+    (qf, kf, vf, dof), heads, strides = _layout([q, k, v, do], group)
+    o = np.ascontiguousarray(o, dtype=np.float32)
+    lse = np.ascontiguousarray(lse, dtype=np.float32)
+    dq = np.empty(q.shape, np.float32)
+    dk = np.empty(k.shape, np.float32)
+    dv = np.empty(v.shape, np.float32)
+    kv_heads = bh // group
+    sizes = (np.int64(L), np.int64(S), np.int64(E), np.int64(heads), np.int64(group))
+    split_rows(kv_heads, group * L * S * E // 4, lambda a, b: _backward(
+        qf, kf, vf, dof, o.reshape(-1, E), lse.reshape(-1), dq.reshape(-1, E),
+        dk.reshape(-1, E), dv.reshape(-1, E), *sizes, np.float32(scale), bool(causal), threshold, keep_scale, seed,
+        *strides, np.int64(a), np.int64(b)))
+    return dq, dk, dv
