@@ -2,7 +2,7 @@
 launchers of ``backend/kernels/attention.py`` (``flash_attention_forward`` and
 ``flash_attention_backward``, same arguments and results), so ``ops/attention.py``'s kernel
 branch serves both devices. It adds what the dense path has and the CUDA flash kernels do
-not: dropout, by the CUDA kernels' hash (``softmax._kept``), so both devices drop the same
+not: dropout, by the CUDA kernels' hash (``dropout.kept``), so both devices drop the same
 elements for a seed.
 
 q, k, v and dO are read where they lie: the layout is the CUDA launcher's
@@ -35,7 +35,7 @@ import numpy as np
 from ..kernels.attention import attention_group, attention_layout
 from .activations import _is_float32
 from .compiler import exp32, jit, split_rows
-from .softmax import _dropout_arguments, _kept
+from .dropout import dropout_arguments, kept
 
 BLOCK_Q = 64  # query rows per tile: each key tile transposed is reused over them
 BLOCK_K = 64  # keys per tile: the scores row of a query (64 floats) stays in L1
@@ -228,7 +228,7 @@ def _forward(q, k, v, o, lse, L, S, E, heads, group, scale, causal, threshold, k
                     base = (np.uint64(problem) * np.uint64(L) + np.uint64(q0 + i)) * \
                         np.uint64(S) + np.uint64(k0)
                     for j in range(seen):
-                        if _kept(seed, base + np.uint64(j), threshold):
+                        if kept(seed, base + np.uint64(j), threshold):
                             sr[j] *= keep_scale
                         else:
                             sr[j] = _ZERO
@@ -308,7 +308,7 @@ def _backward(q, k, v, do, o, lse, dq, dk, dv, L, S, E, heads, group, scale, cau
                             base = (np.uint64(problem) * np.uint64(L) +
                                     np.uint64(q0 + i)) * np.uint64(S) + np.uint64(k0)
                             for j in range(cols):
-                                w = keep_scale if _kept(seed, base + np.uint64(j),
+                                w = keep_scale if kept(seed, base + np.uint64(j),
                                                         threshold) else _ZERO
                                 pt[j, i] = pr[j] * w  # the weights as dropout left them
                                 dpr[j] *= w
@@ -344,7 +344,7 @@ def flash_attention_forward(q: Any, k: Any, v: Any, causal: bool, scale: float,
     kernels do; lse stays that of the weights before dropout."""
     op = "flash_attention_forward"
     bh, L, S, E = _check(op, q, k, v)
-    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    threshold, keep_scale, seed = dropout_arguments(op, dropout_p, seed)
     group = attention_group(q, k, v)
     (qf, kf, vf), heads, strides = _layout([q, k, v], group)
     o = np.empty(q.shape, np.float32)
@@ -366,7 +366,7 @@ def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     for grouped-query attention the sums over each group's query heads."""
     op = "flash_attention_backward"
     bh, L, S, E = _check(op, q, k, v)
-    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    threshold, keep_scale, seed = dropout_arguments(op, dropout_p, seed)
     for name, a, shape in (("o", o, q.shape), ("do", do, q.shape), ("lse", lse, q.shape[:-1])):
         if type(a) is not np.ndarray or a.dtype.kind != "f" or a.shape != shape:
             raise ValueError(f"{op}: {name} must be a float NumPy array of shape {shape}, got "
