@@ -34,7 +34,7 @@ import numpy as np
 
 from ..kernels.attention import attention_group, attention_layout
 from .activations import _is_float32
-from .compiler import exp32, jit, split_rows
+from .compiler import exp32, jit, split_chunks
 from .dropout import dropout_arguments, kept
 
 BLOCK_Q = 64  # query rows per tile: each key tile transposed is reused over them
@@ -107,28 +107,39 @@ def _check(op: str, q: Any, k: Any, v: Any) -> Tuple[int, int, int, int]:
 @jit
 def _dot_tile(a, b, c, m, n, r, add):  # pragma: no cover - compiled
     """c[i, j] (+)= sum over e < r of a[i, e] b[j, e], for i < m, j < n: each dot product a
-    reduction along contiguous rows (vectorised), in 2 x 2 blocks so every row loaded
-    serves two products."""
+    reduction along contiguous rows, which LLVM vectorises with its partial sums in
+    registers, in blocks of 2 rows of a by 4 of b, so that each row loaded serves several
+    products (2 x 4 measured 1.15x 2 x 2's speed, and level with 3 x 3 and 4 x 4)."""
     i = 0
     while i + 1 < m:
         a0, a1, c0, c1 = a[i], a[i + 1], c[i], c[i + 1]
         j = 0
-        while j + 1 < n:
-            b0, b1 = b[j], b[j + 1]
-            s00 = s01 = s10 = s11 = _ZERO
+        while j + 3 < n:
+            b0, b1, b2, b3 = b[j], b[j + 1], b[j + 2], b[j + 3]
+            s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = _ZERO
             for e in range(r):
-                s00 += a0[e] * b0[e]
-                s01 += a0[e] * b1[e]
-                s10 += a1[e] * b0[e]
-                s11 += a1[e] * b1[e]
+                x, y = a0[e], a1[e]
+                s00 += x * b0[e]
+                s01 += x * b1[e]
+                s02 += x * b2[e]
+                s03 += x * b3[e]
+                s10 += y * b0[e]
+                s11 += y * b1[e]
+                s12 += y * b2[e]
+                s13 += y * b3[e]
             if add:
                 s00 += c0[j]
                 s01 += c0[j + 1]
+                s02 += c0[j + 2]
+                s03 += c0[j + 3]
                 s10 += c1[j]
                 s11 += c1[j + 1]
-            c0[j], c0[j + 1], c1[j], c1[j + 1] = s00, s01, s10, s11
-            j += 2
-        if j < n:
+                s12 += c1[j + 2]
+                s13 += c1[j + 3]
+            c0[j], c0[j + 1], c0[j + 2], c0[j + 3] = s00, s01, s02, s03
+            c1[j], c1[j + 1], c1[j + 2], c1[j + 3] = s10, s11, s12, s13
+            j += 4
+        while j < n:
             b0 = b[j]
             s00 = s10 = _ZERO
             for e in range(r):
@@ -136,6 +147,7 @@ def _dot_tile(a, b, c, m, n, r, add):  # pragma: no cover - compiled
                 s10 += a1[e] * b0[e]
             c0[j] = c0[j] + s00 if add else s00
             c1[j] = c1[j] + s10 if add else s10
+            j += 1
         i += 2
     if i < m:
         a0, c0 = a[i], c[i]
@@ -351,7 +363,7 @@ def flash_attention_forward(q: Any, k: Any, v: Any, causal: bool, scale: float,
     lse = np.empty(q.shape[:-1], np.float32)
     tiles = -(-L // BLOCK_Q)
     sizes = (np.int64(L), np.int64(S), np.int64(E), np.int64(heads), np.int64(group))
-    split_rows(bh * tiles, min(L, BLOCK_Q) * S * E // 8, lambda a, b: _forward(
+    split_chunks(bh * tiles, min(L, BLOCK_Q) * S * E // 8, lambda a, b: _forward(
         qf, kf, vf, o.reshape(-1, E), lse.reshape(-1), *sizes, np.float32(scale), bool(causal),
         threshold, keep_scale, seed, *strides, np.int64(a), np.int64(b)))
     return o, lse
@@ -382,7 +394,7 @@ def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     dv = np.empty(v.shape, np.float32)
     kv_heads = bh // group
     sizes = (np.int64(L), np.int64(S), np.int64(E), np.int64(heads), np.int64(group))
-    split_rows(kv_heads, group * L * S * E // 4, lambda a, b: _backward(
+    split_chunks(kv_heads, group * L * S * E // 4, lambda a, b: _backward(
         qf, kf, vf, dof, o.reshape(-1, E), lse.reshape(-1), dq.reshape(-1, E),
         dk.reshape(-1, E), dv.reshape(-1, E), *sizes, np.float32(scale), bool(causal), threshold, keep_scale, seed,
         *strides, np.int64(a), np.int64(b)))

@@ -22,6 +22,7 @@ says why the kernels are off: the ops then run their NumPy code, which is the re
 """
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any, Callable, Optional
 
@@ -138,3 +139,27 @@ def split_rows(rows: int, row_size: int, run: Callable[[int, int], None]) -> Non
         return
     bounds = [rows * i // parts for i in range(parts + 1)]
     run_split(lambda span: run(*span), list(zip(bounds, bounds[1:])))
+
+
+def split_chunks(units: int, unit_size: int, run: Callable[[int, int], None],
+                 chunks_per_thread: int = 8) -> None:
+    """``run(start, stop)`` over ``range(units)``: in one call, or for at least
+    ``SPLIT_FROM`` elements (units x unit_size) in chunks that every core's thread takes
+    in turn until none is left. Unlike ``split_rows``'s one range per core, a thread
+    slowed by another process, or by OpenBLAS's worker still spinning after a BLAS call
+    (it holds a core for about 2^28 cycles), takes fewer chunks instead of holding
+    every other thread back: for work of tens of milliseconds (attention)."""
+    parts = min(cpu_threads(), units) if units * unit_size >= SPLIT_FROM else 1
+    if parts <= 1:
+        run(0, units)
+        return
+    chunk = max(1, units // (parts * chunks_per_thread))
+    taken = itertools.count()  # next() on it is atomic under the GIL
+
+    def work(_: int) -> None:
+        while True:
+            start = next(taken) * chunk
+            if start >= units:
+                return
+            run(start, min(units, start + chunk))
+    run_split(work, list(range(parts)))
