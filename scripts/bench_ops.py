@@ -30,8 +30,6 @@ import os
 import statistics
 import time
 
-import numpy as np
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,6 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # before NumPy's BLAS starts its threads
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")  # as the package sets it
+    import numpy as np  # only now: OpenBLAS reads those variables as NumPy loads it
 
     import minitorch_gpu as mt
     import minitorch_gpu.functional as F
@@ -220,6 +220,8 @@ def flash_declined(declined: bool):
 def attention_sweep(repeat: int) -> None:
     """Causal attention forward + backward on GPT's packed projection, the flash kernel
     (forced on at every size) against the dense path, interleaved; one JSON line each."""
+    import numpy as np
+
     import minitorch_gpu as mt
     import minitorch_gpu.functional as F
     from minitorch_gpu.backend.cpu_kernels import attention

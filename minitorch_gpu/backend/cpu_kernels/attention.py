@@ -46,6 +46,7 @@ FUSED_FROM_KEYS = 128
 FUSED_FROM_QUERIES = 16
 _ZERO, _ONE = np.float32(0.0), np.float32(1.0)
 _NEG_INF = np.float32(-np.inf)
+_ALL = 1 << 40  # a _dot_tile bound that binds nothing
 
 
 def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
@@ -105,16 +106,23 @@ def _check(op: str, q: Any, k: Any, v: Any) -> Tuple[int, int, int, int]:
 
 
 @jit
-def _dot_tile(a, b, c, m, n, r, add):  # pragma: no cover - compiled
-    """c[i, j] (+)= sum over e < r of a[i, e] b[j, e], for i < m, j < n: each dot product a
-    reduction along contiguous rows, which LLVM vectorises with its partial sums in
-    registers, in blocks of 2 rows of a by 4 of b, so that each row loaded serves several
-    products (2 x 4 measured 1.15x 2 x 2's speed, and level with 3 x 3 and 4 x 4)."""
+def _dot_tile(a, b, c, m, n, r, add, cols_to):  # pragma: no cover - compiled
+    """c[i, j] (+)= sum over e < r of a[i, e] b[j, e], for i < m and j < min(n, i +
+    cols_to): the bound skips the scores a causal mask hides in a diagonal tile (``_ALL``
+    for none; a block of two rows takes its second row's, so an entry or two past a row's
+    last key are computed: the callers mask them). Each dot product is a reduction along
+    contiguous rows from index 0, which LLVM vectorises with its partial sums in
+    registers, in blocks of 2 rows of a by 4 of b, so each row loaded serves several
+    products (2 x 4 measured 1.15x 2 x 2's speed, and level with 3 x 3 and 4 x 4; bounding
+    the reductions too, on a diagonal tile, measured slower than summing the zeros)."""
     i = 0
-    while i + 1 < m:
-        a0, a1, c0, c1 = a[i], a[i + 1], c[i], c[i + 1]
+    while i < m:
+        pair = i + 1 < m
+        width = max(min(n, i + cols_to), 0)
+        a0, c0 = a[i], c[i]
+        a1, c1 = (a[i + 1], c[i + 1]) if pair else (a0, c0)
         j = 0
-        while j + 3 < n:
+        while j + 3 < width:
             b0, b1, b2, b3 = b[j], b[j + 1], b[j + 2], b[j + 3]
             s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = _ZERO
             for e in range(r):
@@ -137,26 +145,20 @@ def _dot_tile(a, b, c, m, n, r, add):  # pragma: no cover - compiled
                 s12 += c1[j + 2]
                 s13 += c1[j + 3]
             c0[j], c0[j + 1], c0[j + 2], c0[j + 3] = s00, s01, s02, s03
-            c1[j], c1[j + 1], c1[j + 2], c1[j + 3] = s10, s11, s12, s13
+            if pair:
+                c1[j], c1[j + 1], c1[j + 2], c1[j + 3] = s10, s11, s12, s13
             j += 4
-        while j < n:
+        while j < width:
             b0 = b[j]
             s00 = s10 = _ZERO
             for e in range(r):
                 s00 += a0[e] * b0[e]
                 s10 += a1[e] * b0[e]
             c0[j] = c0[j] + s00 if add else s00
-            c1[j] = c1[j] + s10 if add else s10
+            if pair:
+                c1[j] = c1[j] + s10 if add else s10
             j += 1
         i += 2
-    if i < m:
-        a0, c0 = a[i], c[i]
-        for j in range(n):
-            b0 = b[j]
-            s00 = _ZERO
-            for e in range(r):
-                s00 += a0[e] * b0[e]
-            c0[j] = c0[j] + s00 if add else s00
 
 
 @jit
@@ -215,7 +217,8 @@ def _forward(q, k, v, o, lse, L, S, E, heads, group, scale, causal, threshold, k
             cols = min(BLOCK_K, kv_end - k0)
             _load_rows(k, k_at + k0 * k_row, k_row, cols, _ONE, kb)
             _load_columns(v, v_at + k0 * v_row, v_row, cols, vt)
-            _dot_tile(qt, kb, s, rows, cols, E, False)
+            diagonal = q0 - k0 if causal else _ALL  # key j + k0 masked past row i + q0
+            _dot_tile(qt, kb, s, rows, cols, E, False, 2 + diagonal)
             for i in range(rows):
                 sr, accr = s[i], acc[i]
                 seen = min(cols, q0 + i + 1 - k0) if causal else cols
@@ -246,7 +249,7 @@ def _forward(q, k, v, o, lse, L, S, E, heads, group, scale, causal, threshold, k
                             sr[j] = _ZERO
                 for e in range(E):
                     accr[e] *= alpha
-            _dot_tile(s, vt, acc, rows, E, cols, True)  # acc += P V
+            _dot_tile(s, vt, acc, rows, E, cols, True, _ALL)  # acc += P V
         for i in range(rows):
             inverse = _ONE / total[i]
             accr, dst = acc[i], o[problem * L + q0 + i]
@@ -305,8 +308,9 @@ def _backward(q, k, v, do, o, lse, dq, dk, dv, L, S, E, heads, group, scale, cau
                     _load_rows(k, k_at + k0 * k_row, k_row, cols, _ONE, kb)
                     _load_columns(k, k_at + k0 * k_row, k_row, cols, kt)
                     _load_rows(v, v_at + k0 * v_row, v_row, cols, _ONE, vb)
-                    _dot_tile(qb, kb, p, rows, cols, E, False)  # scores / scale
-                    _dot_tile(dob, vb, dp, rows, cols, E, False)  # dP = dO V^T
+                    diagonal = q0 - k0 if causal else _ALL
+                    _dot_tile(qb, kb, p, rows, cols, E, False, 2 + diagonal)  # scores / scale
+                    _dot_tile(dob, vb, dp, rows, cols, E, False, 2 + diagonal)  # dO V^T
                     for i in range(rows):
                         pr, dpr = p[i], dp[i]
                         seen = min(cols, q0 + i + 1 - k0) if causal else cols
@@ -314,8 +318,9 @@ def _backward(q, k, v, do, o, lse, dq, dk, dv, L, S, E, heads, group, scale, cau
                         row_lse, row_delta = lse[problem * L + q0 + i], delta[i]
                         for j in range(seen):
                             pr[j] = exp32(pr[j] * scale - row_lse)
-                        for j in range(seen, cols):
+                        for j in range(seen, cols):  # masked (and maybe never computed)
                             pr[j] = _ZERO
+                            dpr[j] = _ZERO
                         if threshold:
                             base = (np.uint64(problem) * np.uint64(L) +
                                     np.uint64(q0 + i)) * np.uint64(S) + np.uint64(k0)
@@ -330,14 +335,14 @@ def _backward(q, k, v, do, o, lse, dq, dk, dv, L, S, E, heads, group, scale, cau
                         for j in range(cols):  # dS, times scale
                             pr[j] = scale * pr[j] * (dpr[j] - row_delta)
                     dv_tile = dv[kv_head * S + k0:]
-                    _dot_tile(pt, dot, dv_tile, cols, E, rows, True)  # dV += P^T dO
-                    _dot_tile(p, kt, dqb, rows, E, cols, True)  # dQ += dS K
+                    _dot_tile(pt, dot, dv_tile, cols, E, rows, True, _ALL)  # dV += P^T dO
+                    _dot_tile(p, kt, dqb, rows, E, cols, True, _ALL)  # dQ += dS K
                     for i in range(rows):
                         pr = p[i]
                         for j in range(cols):
                             pt[j, i] = pr[j]
                     dk_tile = dk[kv_head * S + k0:]
-                    _dot_tile(pt, qt, dk_tile, cols, E, rows, True)  # dK += dS^T Q
+                    _dot_tile(pt, qt, dk_tile, cols, E, rows, True, _ALL)  # dK += dS^T Q
                 for i in range(rows):
                     src, dst = dqb[i], dq[problem * L + q0 + i]
                     for e in range(E):
