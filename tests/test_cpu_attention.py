@@ -43,12 +43,12 @@ def close(ours, ref, rtol=RTOL):
 @contextlib.contextmanager
 def flash(on: bool):
     """The flash kernel taking every size (on) or none (off: the dense kernel's path)."""
-    before = cpu_attention.FUSED_FROM_KEYS, cpu_attention.FUSED_FROM_QUERIES
-    cpu_attention.FUSED_FROM_KEYS = cpu_attention.FUSED_FROM_QUERIES = 1 if on else 10 ** 9
+    before = cpu_attention.FUSED_FROM
+    cpu_attention.FUSED_FROM = 1 if on else 10 ** 9
     try:
         yield
     finally:
-        cpu_attention.FUSED_FROM_KEYS, cpu_attention.FUSED_FROM_QUERIES = before
+        cpu_attention.FUSED_FROM = before
 
 
 @pytest.fixture
@@ -267,14 +267,18 @@ def test_long_sequences_take_the_kernel_where_numpy_tiled_them(paths):
 
 
 def test_the_dispatch_rule_and_what_the_kernel_declines():
-    x = np.ones((2, 3, cpu_attention.FUSED_FROM_KEYS, 16), np.float32)
-    short = x[:, :, :cpu_attention.FUSED_FROM_KEYS - 1]
+    T = cpu_attention.FUSED_FROM
+    x = np.ones((2, 3, T, 16), np.float32)
+    short = x[:, :, :T - 1]
     assert cpu_kernels.supports_flash_attention(x, x, x, None, 0.1)
     assert not cpu_kernels.supports_attention_softmax(x, x, x, None)  # the kernel's
     assert not cpu_kernels.supports_flash_attention(short, short, short, None, 0.0)
     assert cpu_kernels.supports_attention_softmax(short, short, short, None)  # dense's
-    one_query = x[:, :, :1]
-    assert not cpu_kernels.supports_flash_attention(one_query, x, x, None, 0.0)
+    assert not cpu_kernels.supports_flash_attention(x[:, :, :1], x, x, None, 0.0)  # 1 query
+    assert not cpu_kernels.supports_flash_attention(x, short, short, None, 0.0)  # keys
+    wide = np.ones((1, 1, 2 * T, cpu_attention.WIDE_HEAD + 1), np.float32)
+    assert cpu_kernels.supports_flash_attention(wide, wide, wide, None, 0.0)
+    assert not cpu_kernels.supports_flash_attention(*[wide[:, :, :-1]] * 3, None, 0.0)
     assert not cpu_kernels.supports_flash_attention(x, x, x, np.ones((1, 1), bool), 0.0)
     assert not cpu_kernels.supports_flash_attention(x.astype(np.float64), x, x, None, 0.0)
     assert not cpu_kernels.supports_flash_attention(x, x[:1], x[:1], None, 0.0)  # broadcast

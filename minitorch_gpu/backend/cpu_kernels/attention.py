@@ -39,11 +39,12 @@ from .dropout import dropout_arguments, kept
 
 BLOCK_Q = 64  # query rows per tile: each key tile transposed is reused over them
 BLOCK_K = 64  # keys per tile: the scores row of a query (64 floats) stays in L1
-# The dispatch rule, measured (docs/DESIGN.md, PERF.md): the fused kernel takes attention
-# with at least FUSED_FROM_KEYS keys and FUSED_FROM_QUERIES queries; the dense path (BLAS
-# products around the softmax kernel) takes the rest, where it was the faster
-FUSED_FROM_KEYS = 128
-FUSED_FROM_QUERIES = 16
+# The dispatch rule, measured (scripts/bench_ops.py --attention-sweep; docs/DESIGN.md has
+# the crossover): the fused kernel takes attention whose queries and keys both number at
+# least FUSED_FROM (twice that for heads wider than WIDE_HEAD); the dense path (BLAS
+# products around the softmax kernel) was as fast or faster below
+FUSED_FROM = 128
+WIDE_HEAD = 64
 _ZERO, _ONE = np.float32(0.0), np.float32(1.0)
 _NEG_INF = np.float32(-np.inf)
 _ALL = 1 << 40  # a _dot_tile bound that binds nothing
@@ -65,9 +66,10 @@ def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
 
 
 def fused_is_faster(queries: int, keys: int, head_dim: int) -> bool:
-    """Whether the fused kernel beats the dense path at this size (measured by
-    ``scripts/bench_ops.py --attention-sweep``; the crossover is in docs/DESIGN.md)."""
-    return keys >= FUSED_FROM_KEYS and queries >= FUSED_FROM_QUERIES
+    """Whether the fused kernel beats the dense path at this size. Measured with as many
+    queries as keys (T = 64 level, from 96 to 128 keys the kernel ahead at head sizes 32
+    and 64, from 128 to 256 at 128); the shorter side decides elsewhere."""
+    return min(queries, keys) >= FUSED_FROM * (2 if head_dim > WIDE_HEAD else 1)
 
 
 def _flat(a: Any) -> Any:
