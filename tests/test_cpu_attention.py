@@ -2,9 +2,9 @@
 path: values and gradients against attention written out in float64 NumPy (the
 reference) and against the ops' float32 dense path; odd lengths, head sizes 17, 32, 64
 and 128, causal and not, more queries than keys and fewer, grouped queries, GPT's strided
-heads read in place, dropout masks equal to the CUDA kernels' (the hash's NumPy twin), the
-split over threads, the measured dispatch rule, bad arguments, and a GPT's and a Llama's
-training steps with the kernel on and off.
+heads read in place, bf16 inputs read as stored (autocast), dropout masks equal to the CUDA
+kernels' (the hash's NumPy twin), the split over threads, the measured dispatch rule, bad
+arguments, and a GPT's and a Llama's training steps with the kernel on and off.
 
 Results are compared within float32 rounding of the reference (relative to its largest
 magnitude), never bit for bit: the kernel sums in another order than BLAS.
@@ -169,6 +169,45 @@ def test_dropout_drops_what_the_cuda_kernel_drops(shape, causal):
     assert not np.allclose(other, o)  # another seed, another mask
 
 
+def test_bf16_inputs_are_read_as_stored_and_computed_in_float32():
+    """bf16 q, k, v, dO (autocast's; GPT's heads as strided views) give what their exact
+    float32 widenings give: the kernels widen each element as they load it."""
+    rng = np.random.default_rng(13)
+    qkv = _randn(rng, (2, 70, 3, 2, 32)).astype(mt.bfloat16)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    do = _randn(rng, (2, 2, 70, 32)).astype(mt.bfloat16)
+    wide = [a.astype(np.float32) for a in (q, k, v, do)]
+    o, lse = cpu_kernels.flash_attention_forward(q, k, v, True, 0.2)
+    o32, lse32 = cpu_kernels.flash_attention_forward(*wide[:3], True, 0.2)
+    grads = cpu_kernels.flash_attention_backward(q, k, v, o, do, lse, True, 0.2)
+    grads32 = cpu_kernels.flash_attention_backward(*wide[:3], o32, wide[3], lse32, True, 0.2)
+    assert o.dtype == np.float32 and all(g.dtype == np.float32 for g in grads)
+    for ours, ref in zip((o, lse, *grads), (o32, lse32, *grads32)):
+        close(ours, ref, 1e-6)
+
+
+def test_gpt_attention_under_bf16_autocast_takes_the_kernel(paths):
+    """Under autocast GPT's attention hands the kernel its bf16 projection as stored; the
+    output (rounded to bf16) and the float32 gradient match float64 attention of the
+    bf16-rounded inputs within bf16's rounding."""
+    rng = np.random.default_rng(14)
+    B, T, H, E = 2, 40, 2, 16
+    data = _randn(rng, (B, T, 3 * H * E))
+    grad = _randn(rng, (B, T, H * E))
+    with flash(True), mt.autocast("bf16"):
+        x = mt.tensor(data, requires_grad=True)
+        out = F.packed_causal_attention(x, H)
+    out.backward(mt.tensor(grad))
+    assert paths == ["kernel"] and out.dtype == mt.bfloat16
+    heads = data.astype(mt.bfloat16).astype(np.float64).reshape(B, T, 3, H, E)
+    q, k, v = (heads[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    do = grad.reshape(B, T, H, E).transpose(0, 2, 1, 3)
+    o, _, dq, dk, dv = reference(q, k, v, do, True, E ** -0.5)
+    close(out.detach().float().numpy(), o.transpose(0, 2, 1, 3).reshape(B, T, H * E), 1e-2)
+    ref_grad = np.stack([g.transpose(0, 2, 1, 3) for g in (dq, dk, dv)], axis=2)
+    close(x.grad.numpy(), ref_grad.reshape(B, T, 3 * H * E), 2e-2)
+
+
 def test_dropout_on_the_kernel_path_equals_the_dense_path(paths):
     """Through the op, the flash kernel and the dense path's softmax kernel draw the seed
     alike and drop the same weights: one result within rounding."""
@@ -290,7 +329,7 @@ def test_the_dispatch_rule_and_what_the_kernel_declines():
 
 @pytest.mark.parametrize("call, error, message", [
     (lambda x: cpu_kernels.flash_attention_forward(x.astype(np.float64), x, x, True, 1.0),
-     TypeError, "q must be a float32 NumPy array"),
+     TypeError, "q must be a float32 or bfloat16 NumPy array"),
     (lambda x: cpu_kernels.flash_attention_forward(x, x[:1], x[:1], True, 1.0),
      ValueError, "must share their batch dims"),
     (lambda x: cpu_kernels.flash_attention_forward(x, x, x[..., :3], True, 1.0),

@@ -23,7 +23,9 @@ group's G query heads) and dQ each have one writer and no locks. For each key bl
 query blocks that see it: P rebuilt from the saved lse, dV += P^T dO, dP = dO V^T,
 dS = P (dP - D) with D = rowsum(dO o), dQ += scale dS K, dK += scale dS^T Q.
 
-Arithmetic is float32 (the accumulators too); inputs are float32 NumPy arrays.
+Arithmetic is float32 (the accumulators too); inputs are float32 NumPy arrays, or bf16
+ones (autocast's), which the kernels read as stored (viewed as uint16) and widen as they
+load them, as the CUDA kernels do.
 """
 from __future__ import annotations
 
@@ -32,9 +34,9 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ..dtypes import bfloat16
 from ..kernels.attention import attention_group, attention_layout
-from .activations import _is_float32
-from .compiler import exp32, jit, split_chunks
+from .compiler import exp32, jit, split_chunks, widen
 from .dropout import dropout_arguments, kept
 
 BLOCK_Q = 64  # query rows per tile: each key tile transposed is reused over them
@@ -50,13 +52,23 @@ _NEG_INF = np.float32(-np.inf)
 _ALL = 1 << 40  # a _dot_tile bound that binds nothing
 
 
+INPUT_DTYPES = (np.dtype(np.float32), bfloat16)  # read as stored; bf16 widened as loaded
+
+
+def _readable(*arrays: Any) -> bool:
+    """NumPy arrays of one dtype the kernels read (INPUT_DTYPES)."""
+    return all(type(a) is np.ndarray and a.dtype == arrays[0].dtype for a in arrays) and \
+        arrays[0].dtype in INPUT_DTYPES
+
+
 def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
                              dropout_p: float) -> bool:
-    """float32 NumPy q, k, v in the launcher's forms (one batch shape, or grouped: q
+    """NumPy q, k, v of one dtype, float32 or bf16 (autocast's: read as stored, the
+    arithmetic float32), in the launcher's forms (one batch shape, or grouped: q
     (..., Hkv, G, L, E), k and v (..., Hkv, 1, S, E)), one head size, no attn_mask, causal
     or not, dropout or not; and where the kernel is the faster path (the measured rule:
     ``fused_is_faster``)."""
-    if mask is not None or not _is_float32(q, k, v) or not 0.0 <= dropout_p < 1.0:
+    if mask is not None or not _readable(q, k, v) or not 0.0 <= dropout_p < 1.0:
         return False
     if q.ndim < 2 or not attention_group(q, k, v) or q.size == 0 or k.size == 0:
         return False
@@ -84,15 +96,17 @@ def _layout(arrays: list, group: int) -> Tuple[list, int, tuple]:
     arrays = [np.ascontiguousarray(a) if min(a.strides, default=0) < 0 else a
               for a in arrays]
     arrays, heads, strides = attention_layout(arrays, group)
-    return [_flat(a) for a in arrays], heads, tuple(np.int64(s) for a in strides for s in a)
+    flat = [_flat(a.view(np.uint16) if a.dtype == bfloat16 else a) for a in arrays]
+    return flat, heads, tuple(np.int64(s) for a in strides for s in a)
 
 
 def _check(op: str, q: Any, k: Any, v: Any) -> Tuple[int, int, int, int]:
     """(query heads, L, S, E) after checking dtypes and shapes; raises naming the argument."""
     for name, a in (("q", q), ("k", k), ("v", v)):
-        if not _is_float32(a):
-            raise TypeError(f"{op}: {name} must be a float32 NumPy array, got "
-                            f"{type(a).__name__} of {getattr(a, 'dtype', None)}")
+        if not _readable(a, q):
+            raise TypeError(f"{op}: {name} must be a float32 or bfloat16 NumPy array of q's "
+                            f"dtype, got {type(a).__name__} of {getattr(a, 'dtype', None)} "
+                            f"(q: {getattr(q, 'dtype', None)})")
     if q.ndim < 2 or not q.ndim == k.ndim == v.ndim or not attention_group(q, k, v):
         raise ValueError(f"{op}: q, k, v must share their batch dims, or be grouped: q "
                          f"(..., Hkv, G, L, E) with k, v (..., Hkv, 1, S, E); got "
@@ -171,7 +185,7 @@ def _load_rows(src, at, stride, rows, scale, dst):  # pragma: no cover - compile
     for i in range(rows):
         row, out = src[at + i * stride:], dst[i]
         for e in range(E):
-            out[e] = row[e] * scale
+            out[e] = widen(row[e]) * scale
 
 
 @jit
@@ -181,7 +195,7 @@ def _load_columns(src, at, stride, rows, dst):  # pragma: no cover - compiled
     for i in range(rows):
         row = src[at + i * stride:]
         for e in range(E):
-            dst[e, i] = row[e]
+            dst[e, i] = widen(row[e])
 
 
 @jit
@@ -387,7 +401,8 @@ def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     bh, L, S, E = _check(op, q, k, v)
     threshold, keep_scale, seed = dropout_arguments(op, dropout_p, seed)
     for name, a, shape in (("o", o, q.shape), ("do", do, q.shape), ("lse", lse, q.shape[:-1])):
-        if type(a) is not np.ndarray or a.dtype.kind != "f" or a.shape != shape:
+        if type(a) is not np.ndarray or not (a.dtype.kind == "f" or a.dtype == bfloat16) \
+                or a.shape != shape:
             raise ValueError(f"{op}: {name} must be a float NumPy array of shape {shape}, got "
                              f"{type(a).__name__} {getattr(a, 'dtype', None)} "
                              f"{tuple(getattr(a, 'shape', ()))}")

@@ -36,7 +36,7 @@ try:
     import numba
     from llvmlite import ir
     from numba import types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
     _IMPORT_ERROR: Optional[str] = None
 except Exception as exc:  # ImportError, or a numba that does not match this NumPy
     numba = None
@@ -95,6 +95,28 @@ if numba is not None:
 else:
     def _float_from_bits(bits: int) -> np.float32:
         return np.float32(struct.unpack("<f", struct.pack("<I", int(bits) & 0xFFFFFFFF))[0])
+
+
+def widen(x: Any) -> np.float32:
+    """An element as float32: a float32 as it is, a uint16 as the bf16 whose bits it holds
+    (a kernel reads bf16 arrays viewed as uint16: numba has no bf16; exact, as the CUDA
+    kernels' widening on load)."""
+    if isinstance(x, (int, np.integer)):
+        return _float_from_bits(int(x) << 16)
+    return np.float32(x)
+
+
+if numba is not None:
+    @overload(widen, inline="always")
+    def _widen(x):  # noqa: ANN001 - numba's typing hook: names must match the impls'
+        if isinstance(x, types.Integer):
+            def from_bf16_bits(x):  # noqa: ANN001
+                return _float_from_bits(np.uint32(x) << np.uint32(16))
+            return from_bf16_bits
+
+        def as_float32(x):  # noqa: ANN001
+            return np.float32(x)
+        return as_float32
 
 
 # exp(x) = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2; e^r by Cephes' expf
