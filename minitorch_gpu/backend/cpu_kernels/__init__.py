@@ -26,7 +26,7 @@ numba is importable and ``NumpyBackend.use_fused_kernels`` is on (the default), 
         return kernels.gelu_forward(x, approximate)
     ... the NumPy-vectorised code, the reference ...
 
-``supports_*`` take float32 NumPy arrays only (float64, bf16 and the forms not fused here
+``supports_*`` take float32 NumPy arrays (flash attention bf16 too; float64 and the forms not fused here
 stay with the NumPy code). The kernels agree with the NumPy code to 1e-5 relative
 (``tests/test_cpu_kernels.py``, ``tests/test_cpu_attention.py``).
 """
