@@ -26,9 +26,9 @@ numba is importable and ``NumpyBackend.use_fused_kernels`` is on (the default), 
         return kernels.gelu_forward(x, approximate)
     ... the NumPy-vectorised code, the reference ...
 
-``supports_*`` take float32 NumPy arrays (flash attention bf16 too; float64 and the forms not fused here
-stay with the NumPy code). The kernels agree with the NumPy code to 1e-5 relative
-(``tests/test_cpu_kernels.py``, ``tests/test_cpu_attention.py``).
+``supports_*`` take float32 NumPy arrays (flash attention bf16 too; float64 and the forms
+not fused here stay with the NumPy code). The kernels agree with the NumPy code to 1e-5
+relative (``tests/test_cpu_kernels.py``, ``tests/test_cpu_attention.py``).
 """
 from .activations import (gelu_backward, gelu_forward, supports_gelu, supports_swiglu,
                           swiglu_backward, swiglu_forward)
