@@ -210,7 +210,7 @@ def flash_declined(declined: bool):
     from minitorch_gpu.backend.cpu_kernels import attention
     before = attention.FUSED_FROM
     if declined:
-        attention.FUSED_FROM = 1 << 62
+        attention.FUSED_FROM = dict.fromkeys(before, 1 << 62)
     try:
         yield
     finally:
@@ -237,7 +237,8 @@ def attention_sweep(repeat: int) -> None:
         for _ in range(repeat + 2):
             for side in runs:
                 before = attention.FUSED_FROM
-                attention.FUSED_FROM = 1 if side == "flash" else 1 << 62
+                attention.FUSED_FROM = dict.fromkeys(before,
+                                                     1 if side == "flash" else 1 << 62)
                 try:
                     start = time.perf_counter()
                     x = mt.tensor(qkv, requires_grad=True)

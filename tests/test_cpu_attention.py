@@ -44,7 +44,7 @@ def close(ours, ref, rtol=RTOL):
 def flash(on: bool):
     """The flash kernel taking every size (on) or none (off: the dense kernel's path)."""
     before = cpu_attention.FUSED_FROM
-    cpu_attention.FUSED_FROM = 1 if on else 10 ** 9
+    cpu_attention.FUSED_FROM = dict.fromkeys(before, 1 if on else 10 ** 9)
     try:
         yield
     finally:
@@ -305,8 +305,11 @@ def test_long_sequences_take_the_kernel_where_numpy_tiled_them(paths):
         close(ours, ref)
 
 
-def test_the_dispatch_rule_and_what_the_kernel_declines():
-    T = cpu_attention.FUSED_FROM
+@pytest.mark.parametrize("kernels", ["Haswell", "SkylakeX", None])
+def test_the_dispatch_rule_and_what_the_kernel_declines(monkeypatch, kernels):
+    """The crossover of the BLAS kernels NumPy runs (AVX-512 ones move it up)."""
+    monkeypatch.setattr(cpu_attention, "blas_kernels", lambda: kernels)
+    T = cpu_attention.FUSED_FROM["avx512" if kernels == "SkylakeX" else "avx2"]
     x = np.ones((2, 3, T, 16), np.float32)
     short = x[:, :, :T - 1]
     assert cpu_kernels.supports_flash_attention(x, x, x, None, 0.1)

@@ -78,7 +78,8 @@ def test_attention_switches_to_the_tiled_path_from_tiled_from_keys(monkeypatch, 
     monkeypatch.setattr(attention, "_attend", spy)
     # the CPU's flash kernel declines (its own test is test_cpu_attention.py): this is
     # the switch between the NumPy paths and the dense kernel
-    monkeypatch.setattr(cpu_attention, "FUSED_FROM", 10 ** 9)
+    monkeypatch.setattr(cpu_attention, "FUSED_FROM",
+                        dict.fromkeys(cpu_attention.FUSED_FROM, 10 ** 9))
     results = {}
     for tiled_from in (10 ** 9, 256):  # the full path, then tiled (300 keys >= 256)
         monkeypatch.setattr(attention, "TILED_FROM", tiled_from)

@@ -34,6 +34,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ..blas_split import _blas
 from ..dtypes import bfloat16
 from ..kernels.attention import attention_group, attention_layout
 from .compiler import exp32, jit, split_chunks, widen
@@ -44,9 +45,12 @@ BLOCK_K = 64  # keys per tile: the scores row of a query (64 floats) stays in L1
 # The dispatch rule, measured (scripts/bench_ops.py --attention-sweep; docs/DESIGN.md has
 # the crossover): the fused kernel takes attention whose queries and keys both number at
 # least FUSED_FROM (twice that for heads wider than WIDE_HEAD); the dense path (BLAS
-# products around the softmax kernel) was as fast or faster below
-FUSED_FROM = 128
+# products around the softmax kernel) was as fast or faster below. Which BLAS kernels run
+# the dense path's products moves the crossover: with OpenBLAS's AVX-512 kernels they run
+# twice as fast as with its AVX2 ones, on this processor the same numba code
+FUSED_FROM = {"avx2": 128, "avx512": 512}
 WIDE_HEAD = 64
+AVX512_KERNELS = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})  # OpenBLAS's
 _ZERO, _ONE = np.float32(0.0), np.float32(1.0)
 _NEG_INF = np.float32(-np.inf)
 _ALL = 1 << 40  # a _dot_tile bound that binds nothing
@@ -79,9 +83,18 @@ def supports_flash_attention(q: Any, k: Any, v: Any, mask: Optional[Any],
 
 def fused_is_faster(queries: int, keys: int, head_dim: int) -> bool:
     """Whether the fused kernel beats the dense path at this size. Measured with as many
-    queries as keys (T = 64 level, from 96 to 128 keys the kernel ahead at head sizes 32
-    and 64, from 128 to 256 at 128); the shorter side decides elsewhere."""
-    return min(queries, keys) >= FUSED_FROM * (2 if head_dim > WIDE_HEAD else 1)
+    queries as keys, on OpenBLAS's AVX2 kernels: level at T = 64, the kernel ahead from 96
+    to 128 at head sizes 32 and 64, from 128 to 256 at 128; on its AVX-512 kernels: the
+    dense path ahead to T = 256, the kernel from 512. The shorter side decides elsewhere."""
+    least = FUSED_FROM["avx512" if blas_kernels() in AVX512_KERNELS else "avx2"]
+    return min(queries, keys) >= least * (2 if head_dim > WIDE_HEAD else 1)
+
+
+def blas_kernels() -> Optional[str]:
+    """The kernel architecture NumPy's BLAS runs (OpenBLAS's "Haswell", "SkylakeX", ...;
+    threadpoolctl's, read once), None where it does not say (MKL, BLIS, none found)."""
+    blas = _blas()
+    return getattr(blas, "architecture", None) if blas else None
 
 
 def _flat(a: Any) -> Any:
@@ -407,7 +420,8 @@ def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
                              f"{type(a).__name__} {getattr(a, 'dtype', None)} "
                              f"{tuple(getattr(a, 'shape', ()))}")
     group = attention_group(q, k, v)
-    do = do.astype(np.float32, copy=False)
+    if do.dtype not in INPUT_DTYPES:  # float64, say: the kernels read float32 or bf16
+        do = do.astype(np.float32)
     (qf, kf, vf, dof), heads, strides = _layout([q, k, v, do], group)
     o = np.ascontiguousarray(o, dtype=np.float32)
     lse = np.ascontiguousarray(lse, dtype=np.float32)
@@ -418,6 +432,6 @@ def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     sizes = (np.int64(L), np.int64(S), np.int64(E), np.int64(heads), np.int64(group))
     split_chunks(kv_heads, group * L * S * E // 4, lambda a, b: _backward(
         qf, kf, vf, dof, o.reshape(-1, E), lse.reshape(-1), dq.reshape(-1, E),
-        dk.reshape(-1, E), dv.reshape(-1, E), *sizes, np.float32(scale), bool(causal), threshold, keep_scale, seed,
-        *strides, np.int64(a), np.int64(b)))
+        dk.reshape(-1, E), dv.reshape(-1, E), *sizes, np.float32(scale), bool(causal),
+        threshold, keep_scale, seed, *strides, np.int64(a), np.int64(b)))
     return dq, dk, dv
