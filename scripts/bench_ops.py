@@ -191,6 +191,9 @@ def main() -> None:
                 start = time.perf_counter()
                 run_torch(torch_cases[name])
                 times[name]["torch"].append((time.perf_counter() - start) * 1e3)
+                # torch's OpenMP threads spin a while after an op, holding the cores the
+                # next side's threads need: let them sleep first (untimed)
+                time.sleep(0.2)
     for name, runs in times.items():
         row = {"op": name, "shape": dict(B=B, T=T, C=C, H=H, V=V), "threads": args.threads,
                "ours_ms": round(statistics.median(runs["ours"][2:]), 3)}
