@@ -212,9 +212,10 @@ def _load_columns(src, at, stride, rows, dst):  # pragma: no cover - compiled
 
 
 @jit
-def _forward(q, k, v, o, lse, L, S, E, heads, group, scale, causal, threshold, keep_scale,
-             seed, q_batch, q_head, q_group, q_row, k_batch, k_head, k_row, v_batch, v_head,
-             v_row, start, stop):  # pragma: no cover - compiled
+def _flash_attention_forward(q, k, v, o, lse, L, S, E, heads, group, scale, causal,
+                             threshold, keep_scale, seed, q_batch, q_head, q_group, q_row,
+                             k_batch, k_head, k_row, v_batch, v_head, v_row, start,
+                             stop):  # pragma: no cover - compiled
     tiles = (L + BLOCK_Q - 1) // BLOCK_Q
     qt = np.empty((BLOCK_Q, E), np.float32)  # the block's queries, times scale
     kb = np.empty((BLOCK_K, E), np.float32)  # a key tile
@@ -288,10 +289,11 @@ def _forward(q, k, v, o, lse, L, S, E, heads, group, scale, causal, threshold, k
 
 
 @jit
-def _backward(q, k, v, do, o, lse, dq, dk, dv, L, S, E, heads, group, scale, causal,
-              threshold, keep_scale, seed, q_batch, q_head, q_group, q_row, k_batch, k_head,
-              k_row, v_batch, v_head, v_row, d_batch, d_head, d_group, d_row, start,
-              stop):  # pragma: no cover - compiled
+def _flash_attention_backward(q, k, v, do, o, lse, dq, dk, dv, L, S, E, heads, group,
+                              scale, causal, threshold, keep_scale, seed, q_batch, q_head,
+                              q_group, q_row, k_batch, k_head, k_row, v_batch, v_head, v_row,
+                              d_batch, d_head, d_group, d_row, start,
+                              stop):  # pragma: no cover - compiled
     qb = np.empty((BLOCK_Q, E), np.float32)  # the query tile
     qt = np.empty((E, BLOCK_Q), np.float32)  # ... transposed
     dob = np.empty((BLOCK_Q, E), np.float32)  # its output gradient
@@ -397,9 +399,12 @@ def flash_attention_forward(q: Any, k: Any, v: Any, causal: bool, scale: float,
     lse = np.empty(q.shape[:-1], np.float32)
     tiles = -(-L // BLOCK_Q)
     sizes = (np.int64(L), np.int64(S), np.int64(E), np.int64(heads), np.int64(group))
-    split_chunks(bh * tiles, min(L, BLOCK_Q) * S * E // 8, lambda a, b: _forward(
-        qf, kf, vf, o.reshape(-1, E), lse.reshape(-1), *sizes, np.float32(scale), bool(causal),
-        threshold, keep_scale, seed, *strides, np.int64(a), np.int64(b)))
+
+    def run(start: int, stop: int) -> None:  # the (query head, query tile) units start..stop
+        _flash_attention_forward(qf, kf, vf, o.reshape(-1, E), lse.reshape(-1), *sizes,
+                                 np.float32(scale), bool(causal), threshold, keep_scale, seed,
+                                 *strides, np.int64(start), np.int64(stop))
+    split_chunks(bh * tiles, min(L, BLOCK_Q) * S * E // 8, run)
     return o, lse
 
 
@@ -430,8 +435,12 @@ def flash_attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     dv = np.empty(v.shape, np.float32)
     kv_heads = bh // group
     sizes = (np.int64(L), np.int64(S), np.int64(E), np.int64(heads), np.int64(group))
-    split_chunks(kv_heads, group * L * S * E // 4, lambda a, b: _backward(
-        qf, kf, vf, dof, o.reshape(-1, E), lse.reshape(-1), dq.reshape(-1, E),
-        dk.reshape(-1, E), dv.reshape(-1, E), *sizes, np.float32(scale), bool(causal),
-        threshold, keep_scale, seed, *strides, np.int64(a), np.int64(b)))
+
+    def run(start: int, stop: int) -> None:  # the kv heads start..stop
+        _flash_attention_backward(qf, kf, vf, dof, o.reshape(-1, E), lse.reshape(-1),
+                                  dq.reshape(-1, E), dk.reshape(-1, E), dv.reshape(-1, E),
+                                  *sizes, np.float32(scale), bool(causal), threshold,
+                                  keep_scale, seed, *strides, np.int64(start),
+                                  np.int64(stop))
+    split_chunks(kv_heads, group * L * S * E // 4, run)
     return dq, dk, dv
