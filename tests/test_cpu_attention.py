@@ -18,7 +18,7 @@ import pytest
 
 import minitorch_gpu as mt
 import minitorch_gpu.nn.functional as F
-from minitorch_gpu.backend import cpu_kernels, get_backend, threads
+from minitorch_gpu.backend import cpu_kernels, get_backend
 from minitorch_gpu.backend.cpu_kernels import attention as cpu_attention
 from minitorch_gpu.backend.cpu_kernels import compiler
 from minitorch_gpu.nn import GPTConfig, model_for

@@ -11,17 +11,22 @@ their strides, no copies; grouped-query attention as q (..., Hkv, G, L, E) over 
 (..., Hkv, 1, S, E)). Each array is handed to the compiled loops as a flat view from its
 first element, with its strides in elements.
 
-Forward: a (batch, head, query block) at a time, split over the cores. The block's queries
-(``BLOCK_Q`` rows, pre-scaled) meet the keys ``BLOCK_K`` at a time: the scores tile as
-rank-1 updates over the head dim (each key tile transposed once, so the innermost loop
-runs along the tile's keys and vectorises), then the running max m, the running sum l and
-the accumulator acc updated as in ``attention.cu``; causal key blocks after the diagonal
-are never visited. o = acc / l and lse = m + log(l) are written.
+Every tile product is ``_dot_tile``'s: dot products along contiguous rows (an operand
+that the product needs the other way is transposed into a tile first), in 2 x 4 blocks
+that LLVM vectorises with the partial sums in registers.
 
-Backward: a (batch, kv head) at a time, split over the cores, so dK and dV (summed over a
-group's G query heads) and dQ each have one writer and no locks. For each key block, the
-query blocks that see it: P rebuilt from the saved lse, dV += P^T dO, dP = dO V^T,
-dS = P (dP - D) with D = rowsum(dO o), dQ += scale dS K, dK += scale dS^T Q.
+Forward: a (batch, head, query block) at a time, the units taken in chunks by every core.
+The block's queries (``BLOCK_Q`` rows, pre-scaled) meet the keys ``BLOCK_K`` at a time:
+the scores tile, then the running max m, the running sum l and the accumulator acc
+updated as in ``attention.cu`` (acc += P V against the value tile transposed); causal key
+blocks after the diagonal are never visited, and the diagonal tile's scores past the mask
+are not computed. o = acc / l and lse = m + log(l) are written.
+
+Backward: a (batch, kv head) at a time, the units taken in chunks by every core, so dK and
+dV (summed over a group's G query heads) and dQ each have one writer and no locks. For
+each query block of each of the group's query heads, the key blocks it sees: P rebuilt
+from the saved lse, dP = dO V^T, dV += P^T dO, dS = P (dP - D) with D = rowsum(dO o),
+dQ += scale dS K, dK += scale dS^T Q (the scale folded into dS).
 
 Arithmetic is float32 (the accumulators too); inputs are float32 NumPy arrays, or bf16
 ones (autocast's), which the kernels read as stored (viewed as uint16) and widen as they
@@ -29,7 +34,6 @@ load them, as the CUDA kernels do.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -40,7 +44,7 @@ from ..kernels.attention import attention_group, attention_layout
 from .compiler import exp32, jit, split_chunks, widen
 from .dropout import dropout_arguments, kept
 
-BLOCK_Q = 64  # query rows per tile: each key tile transposed is reused over them
+BLOCK_Q = 64  # query rows per tile: each key tile loaded is reused over them
 BLOCK_K = 64  # keys per tile: the scores row of a query (64 floats) stays in L1
 # The dispatch rule, measured (scripts/bench_ops.py --attention-sweep; docs/DESIGN.md has
 # the crossover): the fused kernel takes attention whose queries and keys both number at

@@ -13,7 +13,6 @@ Cross-entropy keeps each row's log-sum-exp only; backward recomputes the probabi
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
