@@ -6,22 +6,29 @@ grouped-query causal attention with half as many key/value heads (torch: SDPA wi
 enable_gqa on the same heads).
 
     python scripts/bench_ops.py [--batch 8] [--seq 256] [--embd 384] [--heads 6]
-                                [--vocab 65] [--repeat 15] [--threads 2]
+                                [--vocab 65] [--repeat 15] [--threads 2] [--only OP ...]
+    python scripts/bench_ops.py --attention-sweep [--repeat 15] [--threads 2]
 
 One JSON line per op: median milliseconds of forward+backward over interleaved runs,
 ours with the fused CPU kernels (``ours_ms``; backend/cpu_kernels, where numba is
 installed) and with them switched off (``numpy_ms``: NumPy's code), and torch's. The
 ``adamw`` row is one AdamW step over the small GPT's 10.7 M parameters' shapes instead.
+The attention rows also time ours with the flash kernel declined (``dense_ms``: the BLAS
+products around the softmax kernel), so the two kernel paths are compared in one run.
+
+``--attention-sweep`` measures the dispatch rule of ``backend/cpu_kernels/attention.py``:
+causal attention forward + backward of GPT's packed projection (B, T, 3C), the flash
+kernel against the dense path, over sequence lengths and head sizes (the bench cases'
+(64, 32) and (256, 64) among them), one JSON line per shape.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import time
-
-import numpy as np
 
 
 def main() -> None:
@@ -33,9 +40,14 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=65)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--threads", type=int, default=2, help="BLAS/OpenMP threads, both sides")
+    parser.add_argument("--only", nargs="+", metavar="OP", help="time only these ops")
+    parser.add_argument("--attention-sweep", action="store_true",
+                        help="the flash kernel against the dense path over (T, head size)")
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # before NumPy's BLAS starts its threads
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")  # as the package sets it
+    import numpy as np  # only now: OpenBLAS reads those variables as NumPy loads it
 
     import minitorch_gpu as mt
     import minitorch_gpu.functional as F
@@ -43,6 +55,8 @@ def main() -> None:
 
     cpu = get_backend("cpu")
     kernels_on = cpu.fused_kernels() is not None
+    if args.attention_sweep:
+        return attention_sweep(args.repeat)
 
     B, T, C, H, V = args.batch, args.seq, args.embd, args.heads, args.vocab
     rng = np.random.default_rng(0)
@@ -156,29 +170,90 @@ def main() -> None:
         if out is not None:
             run_ours(lambda: out)
 
-    times = {name: {"ours": [], "numpy": [], "torch": []} for name in cases}
+    if args.only:
+        unknown = sorted(set(args.only) - set(cases))
+        if unknown:
+            parser.error(f"--only: no op {unknown}; the ops: {sorted(cases)}")
+        cases = {name: cases[name] for name in args.only}
+    sides = (("ours", True), ("numpy", False)) if kernels_on else (("ours", False),)
+    times = {name: {"ours": [], "numpy": [], "torch": [], "dense": []} for name in cases}
     for _ in range(args.repeat + 2):  # two warm-up rounds are dropped below
         for name in cases:
-            for side, on in (("ours", True), ("numpy", False)) if kernels_on else (
-                    ("ours", False),):
+            dense = kernels_on and "attention" in name
+            for side, on in sides + ((("dense", True),) if dense else ()):
                 cpu.use_fused_kernels = on
-                start = time.perf_counter()
-                run(cases[name])
-                times[name][side].append((time.perf_counter() - start) * 1e3)
+                with flash_declined(side == "dense"):
+                    start = time.perf_counter()
+                    run(cases[name])
+                    times[name][side].append((time.perf_counter() - start) * 1e3)
             cpu.use_fused_kernels = True
             if name in torch_cases:
                 start = time.perf_counter()
                 run_torch(torch_cases[name])
                 times[name]["torch"].append((time.perf_counter() - start) * 1e3)
+                # torch's OpenMP threads spin a while after an op, holding the cores the
+                # next side's threads need: let them sleep first (untimed)
+                time.sleep(0.2)
     for name, runs in times.items():
         row = {"op": name, "shape": dict(B=B, T=T, C=C, H=H, V=V), "threads": args.threads,
                "ours_ms": round(statistics.median(runs["ours"][2:]), 3)}
-        if runs["numpy"]:
-            row["numpy_ms"] = round(statistics.median(runs["numpy"][2:]), 3)
+        for side in ("numpy", "dense"):
+            if runs[side]:
+                row[f"{side}_ms"] = round(statistics.median(runs[side][2:]), 3)
         if runs["torch"]:
             row["torch_ms"] = round(statistics.median(runs["torch"][2:]), 3)
             row["ours_over_torch"] = round(row["ours_ms"] / row["torch_ms"], 2)
         print(json.dumps(row))
+
+
+@contextlib.contextmanager
+def flash_declined(declined: bool):
+    """The CPU's flash attention kernel declining every size for the block (the ops then
+    take the dense path: BLAS products around the softmax kernel)."""
+    from minitorch_gpu.backend.cpu_kernels import attention
+    before = attention.FUSED_FROM
+    if declined:
+        attention.FUSED_FROM = dict.fromkeys(before, 1 << 62)
+    try:
+        yield
+    finally:
+        attention.FUSED_FROM = before
+
+
+def attention_sweep(repeat: int) -> None:
+    """Causal attention forward + backward on GPT's packed projection, the flash kernel
+    (forced on at every size) against the dense path, interleaved; one JSON line each."""
+    import numpy as np
+
+    import minitorch_gpu as mt
+    import minitorch_gpu.functional as F
+    from minitorch_gpu.backend.cpu_kernels import attention
+
+    shapes = [(12, 4, T, 32) for T in (32, 64, 96, 128, 192, 256)] + \
+        [(8, 6, T, 64) for T in (32, 64, 96, 128, 192, 256, 512)] + \
+        [(4, 2, T, 128) for T in (64, 96, 128, 256)]
+    rng = np.random.default_rng(0)
+    for B, H, T, E in shapes:
+        qkv = rng.standard_normal((B, T, 3 * H * E), dtype=np.float32)
+        grad = mt.tensor(rng.standard_normal((B, T, H * E), dtype=np.float32))
+        runs = {"flash": [], "dense": []}
+        for _ in range(repeat + 2):
+            for side in runs:
+                before = attention.FUSED_FROM
+                attention.FUSED_FROM = dict.fromkeys(before,
+                                                     1 if side == "flash" else 1 << 62)
+                try:
+                    start = time.perf_counter()
+                    x = mt.tensor(qkv, requires_grad=True)
+                    F.packed_causal_attention(x, H).backward(grad)
+                    runs[side].append((time.perf_counter() - start) * 1e3)
+                finally:
+                    attention.FUSED_FROM = before
+        flash_ms, dense_ms = (statistics.median(runs[s][2:]) for s in ("flash", "dense"))
+        print(json.dumps({"shape": dict(B=B, H=H, T=T, E=E), "flash_ms": round(flash_ms, 3),
+                          "dense_ms": round(dense_ms, 3),
+                          "flash_over_dense": round(flash_ms / dense_ms, 2),
+                          "rule_takes_flash": attention.fused_is_faster(T, T, E)}))
 
 
 if __name__ == "__main__":

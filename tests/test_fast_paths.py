@@ -21,6 +21,7 @@ import minitorch_gpu as mt
 import minitorch_gpu.nn.functional as F
 from minitorch_gpu import nn
 from minitorch_gpu.backend import threads
+from minitorch_gpu.backend.cpu_kernels import attention as cpu_attention
 from minitorch_gpu.ops import attention
 
 TOLERANCE = {np.float32: 1e-5, np.float64: 1e-10}
@@ -75,6 +76,10 @@ def test_attention_switches_to_the_tiled_path_from_tiled_from_keys(monkeypatch, 
         return result
 
     monkeypatch.setattr(attention, "_attend", spy)
+    # the CPU's flash kernel declines (its own test is test_cpu_attention.py): this is
+    # the switch between the NumPy paths and the dense kernel
+    monkeypatch.setattr(cpu_attention, "FUSED_FROM",
+                        dict.fromkeys(cpu_attention.FUSED_FROM, 10 ** 9))
     results = {}
     for tiled_from in (10 ** 9, 256):  # the full path, then tiled (300 keys >= 256)
         monkeypatch.setattr(attention, "TILED_FROM", tiled_from)

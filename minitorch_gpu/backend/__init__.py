@@ -9,10 +9,20 @@ tensor nor autograd); every other layer may import it.
 """
 from __future__ import annotations
 
-import copyreg
-from typing import Any, Dict
+import os
 
-from . import _cupy
+# OpenBLAS's worker threads spin for 2^28 cycles (about 0.1 s here) after each product
+# before they sleep, holding a core that the fused CPU kernels' threads then share: CPU
+# attention ran 1.7x slower right after a product (PERF.md). 2^20 cycles (about 0.3 ms)
+# keeps them awake between a step's back-to-back products. OpenBLAS reads this once, as
+# NumPy loads it, so it is set before anything here imports NumPy, and only where the
+# environment does not set it already (where NumPy was imported first it changes nothing)
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
+
+import copyreg  # noqa: E402
+from typing import Any, Dict  # noqa: E402
+
+from . import _cupy  # noqa: E402
 
 if _cupy.EMULATED:  # MINITORCH_EMULATE_CUDA=1: the CuPy stand-in, before anything binds cupy
     from . import emulated_cuda

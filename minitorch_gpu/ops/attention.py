@@ -6,7 +6,9 @@ soft-maxed and (in training) dropped out in place. Backward uses the saved proba
 The (L, S) probability matrix is kept per head. Three other paths keep only each query's
 log-sum-exp instead and recompute the probabilities in backward, never holding (L, S):
 on a CUDA backend, float32 or bf16 attention without a mask or dropout can go to the
-flash-attention kernels (backend/kernels/attention.cu, which read q, k, v in place);
+flash-attention kernels (backend/kernels/attention.cu, which read q, k, v in place); on
+the CPU, float32 attention without a mask goes to the CPU's flash kernel
+(backend/cpu_kernels/attention.py, dropout included) where it is the faster path;
 elsewhere, the same attention with at least ``TILED_FROM`` keys goes to the tiled,
 online-softmax loop of ``attention_tiled.py``.
 
@@ -78,10 +80,16 @@ def _attend(ctx, q, k, v, mask, causal, scale, dropout_p, out=None):
         # tiled, online softmax in float32; the kernels read q, k, v as stored (bf16 under
         # autocast) and where they are (GPT's strided head views): no widened or
         # contiguous copies. q, k, v are saved as given, and the float32 output (rounded to
-        # q's dtype for the caller) for backward's rowsum
+        # q's dtype for the caller) for backward's rowsum. Dropout (the CPU's kernel takes
+        # it; CUDA's flash kernels decline it) by the hash of a seed drawn here, as on the
+        # dense path: backward recomputes the mask
         ctx.path, ctx.kernels = "kernel", kernels
-        result, lse = kernels.flash_attention_forward(q, k, v, causal, scale)
-        return _into(out, result.astype(q.dtype, copy=False)), (result, lse)
+        seed = ()
+        if dropout_p > 0.0:
+            seed = (ctx.backend.randint(0, 2 ** 62, (1,), dtypes.int64).view(xp.uint64),)
+        result, lse = kernels.flash_attention_forward(q, k, v, causal, scale,
+                                                      *((dropout_p, *seed) if seed else ()))
+        return _into(out, result.astype(q.dtype, copy=False)), (result, lse, *seed)
     if tiled:
         # k, v may be broadcast over q's batch (grouped-query attention's group dim)
         ctx.path = "tiled"  # memory-efficient: never more than a tile of the scores
@@ -149,11 +157,12 @@ def _attend_backward(ctx, q, k, v, saved, grad, need_q=True, need_k=True, need_v
                 grad_k = matmul(xp.swapaxes(d_scores, -1, -2), q, out=out_k)
         return grad_q, grad_k, grad_v
     if ctx.path == "kernel":
-        result, lse = saved
+        result, lse, *seed = saved  # the dropout seed, where there was dropout
         # q, k, v and grad as they are (bf16, strided views); float32 gradients, which the
         # engine rounds to q, k, v's dtype
-        grads = ctx.kernels.flash_attention_backward(q, k, v, result, grad, lse, ctx.causal,
-                                                     ctx.scale)
+        grads = ctx.kernels.flash_attention_backward(
+            q, k, v, result, grad, lse, ctx.causal, ctx.scale,
+            *((ctx.dropout_p, *seed) if seed else ()))
         return tuple(_into(o, g) for o, g in zip(outs, grads))
     if ctx.path == "tiled":
         result, lse = saved

@@ -28,10 +28,11 @@ from ..backend._cupy import EMULATED  # the emulated GPU: small sizes (its rates
 __all__ = ["cache_dir", "copy_bandwidth", "describe_libraries", "libraries",
            "matmul_peak_flops", "set_num_threads"]
 
-# what pins OpenBLAS's kernels and caches on some machines: a figure measured under them is
-# not the processor's own speed, so every bench record names them when they are set
+# what pins OpenBLAS's kernels and caches on some machines, and how long its idle threads
+# spin (backend/__init__.py sets that one): a figure measured under them is not the
+# processor's own speed, so every bench record names them when they are set
 BLAS_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_VERBOSE",
-                  "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE")
+                  "OPENBLAS_THREAD_TIMEOUT", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE")
 
 
 def cache_dir() -> Path:

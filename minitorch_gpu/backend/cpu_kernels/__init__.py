@@ -8,6 +8,10 @@ turns into SIMD (``compiler.exp32``). Each module says what it fuses:
 
 * ``activations``: GELU (tanh form) and SwiGLU, forward and backward;
 * ``normalization``: layer norm and RMS norm, forward and backward, a row at a time;
+* ``attention``: flash attention, forward and backward (the ops' "kernel" path): query
+  tiles against key tiles with an online softmax, heads read in place, grouped-query
+  attention, dropout by the CUDA kernels' hash; the ops take it where it is faster than
+  the dense path (``fused_is_faster``, measured);
 * ``softmax``: attention's scale, causal mask, softmax and dropout between its two BLAS
   products (the ops' "dense" path) and its backward; cross-entropy;
 * ``rotary``: rotary position embedding, one pass per head (its backward is the same
@@ -22,28 +26,23 @@ numba is importable and ``NumpyBackend.use_fused_kernels`` is on (the default), 
         return kernels.gelu_forward(x, approximate)
     ... the NumPy-vectorised code, the reference ...
 
-``supports_*`` take float32 NumPy arrays only (float64, bf16 and the forms not fused here
-stay with the NumPy code); flash attention has no CPU kernel (the ops' tiled NumPy path
-is already level with PyTorch's there, PERF.md), so its ``supports_*`` always says no.
-The kernels agree with the NumPy code to 1e-5 relative (``tests/test_cpu_kernels.py``).
+``supports_*`` take float32 NumPy arrays (flash attention bf16 too; float64 and the forms
+not fused here stay with the NumPy code). The kernels agree with the NumPy code to 1e-5
+relative (``tests/test_cpu_kernels.py``, ``tests/test_cpu_attention.py``).
 """
-from typing import Any
-
 from .activations import (gelu_backward, gelu_forward, supports_gelu, supports_swiglu,
                           swiglu_backward, swiglu_forward)
 from .adamw import adamw_step, adamw_update, supports_adamw
+from .attention import (flash_attention_backward, flash_attention_forward,
+                        supports_flash_attention)
 from .compiler import INSTALL_HINT, SPLIT_FROM, exp32, unavailable_reason
+from .dropout import DROPOUT_BITS
 from .normalization import (layer_norm_backward, layer_norm_forward, rms_norm_backward,
                             rms_norm_forward, supports_layer_norm, supports_rms_norm)
 from .rotary import rotary_forward, supports_rotary
-from .softmax import (DROPOUT_BITS, attention_softmax_backward, attention_softmax_forward,
+from .softmax import (attention_softmax_backward, attention_softmax_forward,
                       cross_entropy_backward, cross_entropy_forward,
                       supports_attention_softmax, supports_cross_entropy)
-
-
-def supports_flash_attention(*args: Any) -> bool:
-    """No CPU kernel: the ops' tiled NumPy path is the CPU's memory-efficient attention."""
-    return False
 
 
 def available() -> bool:
@@ -54,7 +53,8 @@ def available() -> bool:
 __all__ = [
     "DROPOUT_BITS", "INSTALL_HINT", "SPLIT_FROM", "adamw_step", "adamw_update",
     "attention_softmax_backward", "attention_softmax_forward", "available",
-    "cross_entropy_backward", "cross_entropy_forward", "exp32", "gelu_backward",
+    "cross_entropy_backward", "cross_entropy_forward", "exp32", "flash_attention_backward",
+    "flash_attention_forward", "gelu_backward",
     "gelu_forward", "layer_norm_backward", "layer_norm_forward", "rms_norm_backward",
     "rms_norm_forward", "rotary_forward", "supports_adamw", "supports_attention_softmax",
     "supports_cross_entropy", "supports_flash_attention", "supports_gelu",

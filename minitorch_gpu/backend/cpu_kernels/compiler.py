@@ -22,6 +22,7 @@ says why the kernels are off: the ops then run their NumPy code, which is the re
 """
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any, Callable, Optional
 
@@ -35,7 +36,7 @@ try:
     import numba
     from llvmlite import ir
     from numba import types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
     _IMPORT_ERROR: Optional[str] = None
 except Exception as exc:  # ImportError, or a numba that does not match this NumPy
     numba = None
@@ -96,6 +97,28 @@ else:
         return np.float32(struct.unpack("<f", struct.pack("<I", int(bits) & 0xFFFFFFFF))[0])
 
 
+def widen(x: Any) -> np.float32:
+    """An element as float32: a float32 as it is, a uint16 as the bf16 whose bits it holds
+    (a kernel reads bf16 arrays viewed as uint16: numba has no bf16; exact, as the CUDA
+    kernels' widening on load)."""
+    if isinstance(x, (int, np.integer)):
+        return _float_from_bits(int(x) << 16)
+    return np.float32(x)
+
+
+if numba is not None:
+    @overload(widen, inline="always")
+    def _widen(x):  # noqa: ANN001 - numba's typing hook: names must match the impls'
+        if isinstance(x, types.Integer):
+            def from_bf16_bits(x):  # noqa: ANN001
+                return _float_from_bits(np.uint32(x) << np.uint32(16))
+            return from_bf16_bits
+
+        def as_float32(x):  # noqa: ANN001
+            return np.float32(x)
+        return as_float32
+
+
 # exp(x) = 2^n e^r with n = round(x / ln 2) and |r| <= ln 2 / 2; e^r by Cephes' expf
 # polynomial (a minimax fit; within 3.1e-7 relative of e^x, about 2.5 float32 ulps), 2^n
 # written into the exponent bits.
@@ -138,3 +161,27 @@ def split_rows(rows: int, row_size: int, run: Callable[[int, int], None]) -> Non
         return
     bounds = [rows * i // parts for i in range(parts + 1)]
     run_split(lambda span: run(*span), list(zip(bounds, bounds[1:])))
+
+
+def split_chunks(units: int, unit_size: int, run: Callable[[int, int], None],
+                 chunks_per_thread: int = 8) -> None:
+    """``run(start, stop)`` over ``range(units)``: in one call, or for at least
+    ``SPLIT_FROM`` elements (units x unit_size) in chunks that every core's thread takes
+    in turn until none is left. Unlike ``split_rows``'s one range per core, a thread
+    slowed by another process, or by OpenBLAS's worker still spinning after a BLAS call
+    (it holds a core for about 2^28 cycles), takes fewer chunks instead of holding
+    every other thread back: for work of tens of milliseconds (attention)."""
+    parts = min(cpu_threads(), units) if units * unit_size >= SPLIT_FROM else 1
+    if parts <= 1:
+        run(0, units)
+        return
+    chunk = max(1, units // (parts * chunks_per_thread))
+    taken = itertools.count()  # next() on it is atomic under the GIL
+
+    def work(_: int) -> None:
+        while True:
+            start = next(taken) * chunk
+            if start >= units:
+                return
+            run(start, min(units, start + chunk))
+    run_split(work, list(range(parts)))

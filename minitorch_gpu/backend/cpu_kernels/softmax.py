@@ -13,39 +13,31 @@ Cross-entropy keeps each row's log-sum-exp only; backward recomputes the probabi
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from .activations import _is_float32
+from .attention import supports_flash_attention
 from .compiler import exp32, jit, split_rows
+from .dropout import dropout_arguments, kept
 
-DROPOUT_BITS = 24  # the kernel's kept(): the hash's top 24 bits against round(p 2^24)
-_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), \
-    np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S40 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40)
 _ZERO, _ONE = np.float32(0.0), np.float32(1.0)
 
 
 def supports_attention_softmax(q: Any, k: Any, v: Any, mask: Optional[Any]) -> bool:
     """float32 NumPy q, k, v, no attn_mask (causal or not, dropout or not), v's batch dims
-    no wider than the scores' (q's and k's broadcast)."""
+    no wider than the scores' (q's and k's broadcast); not where the flash kernel takes
+    them (``attention.supports_flash_attention``: there it is the faster path), so the ops
+    go on to their kernel branch."""
     if mask is not None or not _is_float32(q, k, v) or min(q.ndim, k.ndim, v.ndim) < 2:
+        return False
+    if supports_flash_attention(q, k, v, mask, 0.0):
         return False
     if q.size == 0 or k.size == 0:
         return False
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
     return np.broadcast_shapes(batch, v.shape[:-2]) == batch
-
-
-@jit
-def _kept(seed, index, threshold):  # pragma: no cover - compiled
-    z = seed + (np.uint64(index) + np.uint64(1)) * _GOLDEN
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    z = z ^ (z >> _S31)
-    return (z >> _S40) >= threshold
 
 
 @jit
@@ -72,7 +64,7 @@ def _softmax_forward(s, length, causal, scale, threshold, keep_scale, seed, prob
             ar = attended[r]
             base = r * width
             for j in range(width):
-                ar[j] = pr[j] * keep_scale if _kept(seed, base + j, threshold) else _ZERO
+                ar[j] = pr[j] * keep_scale if kept(seed, base + j, threshold) else _ZERO
 
 
 @jit
@@ -84,24 +76,12 @@ def _softmax_backward(d, probs, scale, threshold, keep_scale, seed, start,
         if threshold:
             base = r * width
             for j in range(width):
-                dr[j] = dr[j] * keep_scale if _kept(seed, base + j, threshold) else _ZERO
+                dr[j] = dr[j] * keep_scale if kept(seed, base + j, threshold) else _ZERO
         dot = _ZERO
         for j in range(width):
             dot += dr[j] * pr[j]
         for j in range(width):
             dr[j] = scale * pr[j] * (dr[j] - dot)
-
-
-def _dropout_arguments(op: str, dropout_p: float, seed: Optional[Any]) -> tuple:
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p}")
-    threshold = int(round(dropout_p * (1 << DROPOUT_BITS)))
-    if not threshold:
-        return np.uint64(0), np.float32(1.0), np.uint64(0)
-    if seed is None or seed.dtype != np.uint64 or seed.shape != (1,):
-        raise ValueError(f"{op}: dropout needs seed, a (1,) uint64 array, got "
-                         f"{None if seed is None else (seed.dtype, tuple(seed.shape))}")
-    return np.uint64(threshold), np.float32(1.0 / (1.0 - dropout_p)), np.uint64(seed[0])
 
 
 def attention_softmax_forward(scores: Any, causal: bool, scale: float, dropout_p: float,
@@ -113,7 +93,7 @@ def attention_softmax_forward(scores: Any, causal: bool, scale: float, dropout_p
     if not _is_float32(scores) or np.dtype(dtype) != np.float32 or scores.ndim < 2:
         raise TypeError(f"{op}: expected float32 scores (..., L, S) and dtype float32, got "
                         f"{getattr(scores, 'dtype', None)} {tuple(scores.shape)} and {dtype}")
-    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    threshold, keep_scale, seed = dropout_arguments(op, dropout_p, seed)
     length, width = scores.shape[-2:]
     rows = np.ascontiguousarray(scores).reshape(-1, width)
     probs = np.empty_like(rows)
@@ -133,7 +113,7 @@ def attention_softmax_backward(d_attended: Any, probs: Any, scale: float, dropou
         raise TypeError(f"{op}: expected float32 d_attended and probs of one shape, got "
                         f"{getattr(d_attended, 'dtype', None)} {tuple(d_attended.shape)} and "
                         f"{getattr(probs, 'dtype', None)} {tuple(probs.shape)}")
-    threshold, keep_scale, seed = _dropout_arguments(op, dropout_p, seed)
+    threshold, keep_scale, seed = dropout_arguments(op, dropout_p, seed)
     width = probs.shape[-1]
     d = np.ascontiguousarray(d_attended).reshape(-1, width)
     p = np.ascontiguousarray(probs).reshape(-1, width)
