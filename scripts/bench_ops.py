@@ -46,7 +46,6 @@ def main() -> None:
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # before NumPy's BLAS starts its threads
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")  # as the package sets it
     import numpy as np  # only now: OpenBLAS reads those variables as NumPy loads it
 
     import minitorch_gpu as mt

@@ -13,11 +13,33 @@ import os
 
 # OpenBLAS's worker threads spin for 2^28 cycles (about 0.1 s here) after each product
 # before they sleep, holding a core that the fused CPU kernels' threads then share: CPU
-# attention ran 1.7x slower right after a product (PERF.md). 2^20 cycles (about 0.3 ms)
-# keeps them awake between a step's back-to-back products. OpenBLAS reads this once, as
-# NumPy loads it, so it is set before anything here imports NumPy, and only where the
-# environment does not set it already (where NumPy was imported first it changes nothing)
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
+# attention ran 1.7x slower right after a product (PERF.md). Where OpenBLAS runs its AVX2
+# kernels (the CPU flash kernel's regime: it takes attention from 128 keys there, from 512
+# on AVX-512 kernels), 2^20 cycles (about 0.3 ms) keeps them awake between a step's
+# back-to-back products: small's step 728-743 -> 655-687 ms. On AVX-512 kernels the same
+# setting cost the baby's and the Llama's steps 6-20% (more wake-ups between short
+# products), so it is left alone there. OpenBLAS reads the variable once, as NumPy loads
+# it: set before anything here imports NumPy, only where the environment does not set it
+# (and where NumPy was imported first it changes nothing).
+def _blas_runs_avx2_kernels() -> bool:
+    """Whether NumPy's OpenBLAS will pick AVX2 kernels or older, read before it loads: a
+    core pinned by ``OPENBLAS_CORETYPE`` without AVX-512, or a processor without it
+    (Linux's /proc/cpuinfo; elsewhere unknown: False)."""
+    pinned = os.environ.get("OPENBLAS_CORETYPE", "").strip().lower()
+    if pinned:
+        return pinned not in ("skylakex", "cooperlake", "sapphirerapids")
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return "avx512f" not in line.split()
+    except OSError:
+        pass
+    return False
+
+
+if _blas_runs_avx2_kernels():
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 
 import copyreg  # noqa: E402
 from typing import Any, Dict  # noqa: E402
