@@ -136,6 +136,18 @@ def test_a_decoder_is_kept_per_setting_and_its_memory_counted():
     assert other.nbytes > cache_bytes and other.captures == 2
 
 
+def test_two_streams_interleaved_each_keep_their_own_cache():
+    model = gpt()
+    first, second = ids((1, 3), 8), ids((1, 5), 9)
+    expected = [model.generate(p, 10, 0.0, capture=False).numpy()[0, p.shape[1]:]
+                for p in (first, second)]
+    a = model.generate_tokens(first, 10, 0.0)
+    got_a = [int(next(a).item()) for _ in range(4)]  # a stream paused midway
+    got_b = [int(t.item()) for t in model.generate_tokens(second, 10, 0.0)]
+    got_a += [int(t.item()) for t in a]  # resumed after another stream ran
+    assert got_a == expected[0].tolist() and got_b == expected[1].tolist()
+
+
 def test_new_weights_are_read_after_load_state_dict_and_to():
     model, donor = gpt(), llama(2)
     donor = gpt()

@@ -229,23 +229,27 @@ class CausalLM(Module):
         start = max(0, length - block_size)  # where the context window begins
         drawn: list = []  # tokens drawn and not yet joined to idx
         next_token = None
-        for _ in range(max_new_tokens):
-            if next_token is None or length - start > block_size:
-                if next_token is not None:  # the newest token does not fit: shift
-                    start = length - (block_size + 1 - window_shift)
-                idx = cat([idx, *drawn], dim=1) if drawn else idx
-                drawn = []
-                with no_grad():
-                    window = idx[:, start:] if start else idx  # the one op outside a replay
-                    next_token = decoder.step(window, decoder.position(0))
-                cache.length = length - start
-            else:  # the last token drawn, at the next position
-                with no_grad():
-                    next_token = decoder.step(next_token, decoder.position(cache.length))
-                cache.length += 1
-            drawn.append(next_token)
-            length += 1
-            yield next_token  # (B, 1)
+        decoder.busy = True  # the cache is this stream's until it ends (or is dropped)
+        try:
+            for _ in range(max_new_tokens):
+                if next_token is None or length - start > block_size:
+                    if next_token is not None:  # the newest token does not fit: shift
+                        start = length - (block_size + 1 - window_shift)
+                    idx = cat([idx, *drawn], dim=1) if drawn else idx
+                    drawn = []
+                    with no_grad():
+                        window = idx[:, start:] if start else idx  # the one op outside
+                        next_token = decoder.step(window, decoder.position(0))
+                    cache.length = length - start
+                else:  # the last token drawn, at the next position
+                    with no_grad():
+                        next_token = decoder.step(next_token, decoder.position(cache.length))
+                    cache.length += 1
+                drawn.append(next_token)
+                length += 1
+                yield next_token  # (B, 1)
+        finally:
+            decoder.busy = False
 
     def _sample_loop(self, idx: Tensor, max_new_tokens: int, temperature: float,
                      top_k: Optional[int], top_p: Optional[float], use_cache: bool,

@@ -62,6 +62,7 @@ class CapturedDecoder:
         self.prompt_step = CapturedFunction(decode, max_captures=2, name=name,
                                             cuda_graphs=False)
         self._backend = self.cache.keys[0]._backend
+        self.busy = False  # a generation is using the cache (CausalLM._captured_loop)
 
     def step(self, tokens: Tensor, position: Tensor) -> Tensor:
         """The next token (B, 1) after ``tokens`` (B, T) at ``position``: a replay of the
@@ -101,12 +102,18 @@ def _key(model: Any, batch_size: int, device: Any, dtype: Any, sampling: tuple) 
 
 def decoder_for(model: Any, batch_size: int, device: Any, dtype: Any, temperature: float,
                 top_k: Optional[int], top_p: Optional[float]) -> CapturedDecoder:
-    """The model's decoder for this setting: the one it holds when that one matches, else
-    a new one, which replaces it (its cache and capture freed)."""
+    """The model's decoder for this setting: the one it holds when that one matches and no
+    unfinished generation uses it, else a new one, which replaces it (its cache and
+    captures freed) unless the held one is in use."""
     sampling = (float(temperature), None if top_k is None else int(top_k),
                 None if top_p is None else float(top_p))
     held = _DECODERS.get(model)
-    if held is not None and held.key == _key(model, batch_size, device, dtype, sampling):
+    key = _key(model, batch_size, device, dtype, sampling)
+    if held is not None and held.busy:
+        # a generation still running on it (a generate_tokens stream not finished): its
+        # cache is that stream's, so this one gets a decoder of its own, not kept
+        return CapturedDecoder(model, batch_size, device, dtype, sampling)
+    if held is not None and held.key == key:
         return held
     _DECODERS.pop(model, None)  # free the old cache before allocating the new one
     decoder = CapturedDecoder(model, batch_size, device, dtype, sampling)
