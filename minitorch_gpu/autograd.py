@@ -293,6 +293,9 @@ def backward(tensor: Tensor, gradient: Optional[Any] = None, retain_graph: bool 
 
     ``gradient`` (same shape as ``tensor``) is needed unless ``tensor`` has one element.
     """
+    if _recorder is not None:
+        raise RuntimeError("backward: called inside a function being captured; a capture "
+                           "records forward ops only (run backward outside it)")
     if not tensor.requires_grad:
         raise RuntimeError("backward: the tensor does not require grad and has no grad_fn "
                            "(did you build it under no_grad, or from tensors without "

@@ -13,6 +13,7 @@ import numpy as np
 
 from .backend import Device, dtypes, get_backend
 from .from_python import NUMBER_TYPES, check_fits, check_number_dtype, data_array, describe
+from . import tensor as tensor_module
 from .tensor import Tensor
 
 DeviceLike = Any  # "cpu", "cuda", "cuda:1" or a Device
@@ -48,6 +49,8 @@ def tensor(data: Any, dtype: Any = None, device: DeviceLike = None,
 
     >>> tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     """
+    if tensor_module._capture_hook is not None:  # a copy would freeze a captured value
+        tensor_module._capture_hook.copied(data)
     if isinstance(data, Tensor):
         source = data._backend.to_numpy(data.data) if device is not None else data.data
         backend = get_backend(device) if device is not None else data._backend

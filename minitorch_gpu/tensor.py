@@ -38,6 +38,8 @@ class Tensor:
 
     def __new__(cls, data: Any, requires_grad: bool = False,
                 device: Union[str, Device, None] = None, dtype: Any = None) -> "Tensor":
+        if _capture_hook is not None:  # a copy would freeze a captured value
+            _capture_hook.copied(data)
         backend = get_backend(device) if device is not None else _backend_for(data)
         array = backend.asarray(data.data if isinstance(data, Tensor) else data,
                                 dtype=None if dtype is None else dtypes.as_dtype(dtype))

@@ -32,12 +32,18 @@ def _masked(x):
     return x.masked_fill(x < 0.0, 0.0).sum(0), (x > 0.5).float()
 
 
+def _indexed(x):  # index tensors computed in the capture: bound, not frozen
+    rows = mt.argmax(x, 0)  # (8,) ids in [0, 4)
+    return x[rows, mt.arange(8)], x[:, rows[:3]], x.index_select(0, rows[:2])
+
+
 REPLAYED = [  # (name, function of one (4, 8) float32 tensor)
     ("elementwise", lambda x: (x.tanh() * 3.0 + 1.0).exp()),
     ("softmax", _softmax_row),
     ("sort, topk, argmax", _sorted_top),
     ("comparisons, masked_fill", _masked),
     ("views", lambda x: x.t().reshape(2, 16)[:, ::2].contiguous()),
+    ("tensor indices", _indexed),
 ]
 
 
@@ -121,6 +127,17 @@ def _unrecorded(x):  # an array made outside an op from a value of the call
     return x + mt.Tensor._make(x.data * 2, x._backend, False)
 
 
+def _copies(x):  # a factory's copy of a value of the call
+    return mt.tensor(x) * 2
+
+
+def _backward(x):
+    w = mt.ones(3, requires_grad=True)
+    with mt.enable_grad():
+        (x * w).sum().backward()
+    return x * 1
+
+
 REFUSED = [  # (function, words the error must contain)
     (_reads_item, ["_reads_item", "reads a value back"]),
     (_branches, ["_branches", "reads a value back"]),
@@ -129,6 +146,7 @@ REFUSED = [  # (function, words the error must contain)
     (_updates_in_place, ["add_", "in place"]),
     (_sets_item, ["__setitem__", "in place"]),
     (_unrecorded, ["_unrecorded", "outside an op"]),
+    (_copies, ["_copies", "copies a value of the capture"]),
     (lambda x: 3, ["returned int"]),
 ]
 
@@ -143,6 +161,25 @@ def test_what_a_replay_could_not_repeat_is_refused_at_capture(fn, words):
     assert step.captures == 0
     # the hooks are gone: the same calls work eagerly afterwards
     assert autograd._recorder is None and mt.Tensor(1.0).item() == 1.0
+
+
+def test_a_backward_inside_a_capture_is_refused():
+    with mt.no_grad(), pytest.raises(RuntimeError, match="records forward ops only"):
+        mt.capture(_backward)(mt.ones(3))
+    assert autograd._recorder is None
+
+
+def test_a_module_switched_between_train_and_eval_captures_again():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).train()
+    step = mt.capture(lambda x: model(x))
+    x = mt.ones(4, 8)
+    with mt.no_grad():
+        step(x)  # dropout on
+        model.eval()
+        assert np.array_equal(step(x).numpy(), model(x).numpy())  # no dropout now
+        assert step.captures == 2
+        step(x)
+    assert step.replays == 1
 
 
 def test_bad_calls_are_refused_naming_the_problem():

@@ -136,6 +136,16 @@ def test_a_decoder_is_kept_per_setting_and_its_memory_counted():
     assert other.nbytes > cache_bytes and other.captures == 2
 
 
+def test_a_cropped_context_gets_a_decoder_of_its_size():
+    model = gpt()
+    prompt = ids((1, 3), 6)
+    model.generate(prompt, 3, 0.0)
+    model.crop_block_size(8)
+    assert np.array_equal(model.generate(prompt, 10, 0.0).numpy(),
+                          model.generate(prompt, 10, 0.0, capture=False).numpy())
+    assert _DECODERS[model].cache.capacity == 8
+
+
 def test_two_streams_interleaved_each_keep_their_own_cache():
     model = gpt()
     first, second = ids((1, 3), 8), ids((1, 5), 9)

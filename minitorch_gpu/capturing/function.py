@@ -149,6 +149,8 @@ class CapturedFunction:
         stream.wait_event(cuda.get_current_stream().record())  # the copies in, first
         pool = cuda.MemoryPool()
         outputs: list = []
+        checks = backend._deferred_checks
+        pending = dict(checks._pending)  # a failed capture's checks would read its buffers
         with cuda.using_allocator(pool.malloc), stream:
             stream.begin_capture()
             _install(recorder)
@@ -156,9 +158,16 @@ class CapturedFunction:
                 result = self.fn(*own)
                 structure = _flatten(result, outputs, "the result")
                 program = _Capture(recorder, own, outputs, structure, backend)
-            finally:
+            except BaseException:
                 _install(None)
-                graph = stream.end_capture()
+                checks._pending = pending
+                try:
+                    stream.end_capture()
+                except Exception:  # noqa: BLE001 - the capture is void either way; the
+                    pass  # error raised is the one that named the op, not end_capture's
+                raise
+            _install(None)
+            graph = stream.end_capture()
         arrays = [t.data for t, _ in outputs]
         capture = _GraphCapture(recorder, program, graph, stream, pool, buffers, arrays)
         graph.launch()  # the first call's results: the capture ran nothing

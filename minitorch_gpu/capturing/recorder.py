@@ -17,7 +17,7 @@ class CaptureError(RuntimeError):
 
 
 # --- the recorder -------------------------------------------------------------------------
-_INPUT, _OP, _CONSTANT = "input", "op", "constant"
+_INPUT, _OP, _CONSTANT, _STRUCT = "input", "op", "constant", "struct"
 
 
 class _Recorder:
@@ -38,6 +38,8 @@ class _Recorder:
         self.bound: List[Tuple[Tensor, Any]] = []  # external tensors and their arrays
         self.bound_ids: set = set()
         self.constants: List[Any] = []
+        self.modules: List[Tuple[Any, bool]] = []  # (module, its training mode) that ran
+        self.module_ids: set = set()
         self.nbytes = 0
 
     # called by Function.apply in place of cls.forward
@@ -77,7 +79,12 @@ class _Recorder:
                     f"{self.where}: {cls.__name__} is given an array that no op, input or "
                     f"factory of the capture made ({_caller_outside()}); a replay could not "
                     f"tell whether it changes. Hand the op a Tensor")
-        else:  # a number, a dtype, a function: fixed by the caller
+        elif isinstance(arg, (tuple, list)) and _holds_arrays(arg):
+            # an index key holding index arrays: each bound where it came from, the
+            # container rebuilt at every replay
+            return (_STRUCT, type(arg), tuple(self._source(cls, a, a.data if isinstance(
+                a, Tensor) else a) for a in arg))
+        else:  # a number, a dtype, a function, a slice: fixed by the caller
             return (_CONSTANT, self._constant(arg))
         kind, what = origin
         if kind == "unrecorded":
@@ -115,6 +122,24 @@ class _Recorder:
             self._note(t.data, (_CONSTANT, None))
         else:
             self._note(t.data, ("unrecorded", f"{caller.co_qualname} ({_short(caller)})"))
+
+    def copied(self, data: Any) -> None:
+        """A factory copies ``data`` (``tensor(x)``, ``Tensor(x)``): refused when it is a
+        value of the capture (an input or an op's result), which the copy would freeze."""
+        if self.depth:
+            return
+        array = data.data if isinstance(data, Tensor) else data
+        origin = self.origin.get(id(array))
+        if origin is not None and origin[0] in (_INPUT, _OP):
+            raise CaptureError(f"{self.where}: {_caller_outside()} copies a value of the "
+                               f"capture with a factory (tensor(), Tensor()), outside an op: "
+                               f"a replay would keep the captured copy. Use .clone() or an op")
+
+    def module_called(self, module: Any) -> None:
+        """A module ran: its ``training`` mode is Python state the capture fixes."""
+        if id(module) not in self.module_ids:
+            self.module_ids.add(id(module))
+            self.modules.append((weakref.ref(module), module.training))
 
     def updated(self, t: Tensor) -> None:
         """An in-place update outside an op (``add_``, ``t[i] = v``, ``copy_``...)."""
@@ -158,6 +183,11 @@ class _Recorder:
         return origin
 
 
+def _holds_arrays(value: Any) -> bool:
+    return any(isinstance(v, Tensor) or _is_array(v) or
+               (isinstance(v, (tuple, list)) and _holds_arrays(v)) for v in value)
+
+
 def _is_array(value: Any) -> bool:
     return hasattr(value, "__array_interface__") or hasattr(value, "__cuda_array_interface__")
 
@@ -170,7 +200,8 @@ def _short(code: Any) -> str:
 def _caller_outside() -> str:
     """The first function outside the engine's plumbing (tensor, backend, capture)."""
     frame = sys._getframe(2)
-    skip = ("/backend/", "/capturing/", "/tensor.py", "/tensor_math.py")
+    skip = ("/backend/", "/capturing/", "/tensor.py", "/tensor_math.py", "/autograd.py",
+            "/ops/", "/creation.py")
     while frame is not None:
         name = frame.f_code.co_filename.replace("\\", "/")
         if not any(s in name for s in skip):

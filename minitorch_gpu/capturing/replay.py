@@ -9,7 +9,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..tensor import Tensor
-from .recorder import _CONSTANT, _INPUT, _Recorder
+from .recorder import _CONSTANT, _INPUT, _STRUCT, _Recorder
 
 class _Capture:
     """One recorded call: the program and where its inputs and outputs sit.
@@ -22,13 +22,22 @@ class _Capture:
                  structure: Any, backend: Backend) -> None:
         n_const, n_in = len(recorder.constants), len(inputs)
 
-        def slot(source: tuple) -> int:
+        def slot(source: tuple) -> Any:
+            """A source's slot; a container of sources as (type, slots), rebuilt per call."""
+            if source[0] == _STRUCT:
+                return (source[1], tuple(slot(s) for s in source[2]))
             kind, what = source
             if kind == _CONSTANT:
                 return what
             if kind == _INPUT:
                 return n_const + what
             return n_const + n_in + what
+
+        def slots_read(sources: tuple) -> list:
+            flat = []
+            for s in sources:
+                flat.extend(slots_read(s[1]) if isinstance(s, tuple) else [s])
+            return flat
 
         output_sources = [recorder.source_of_output(t, p) for t, p in outputs]
         read = {slot(s) for s in output_sources}
@@ -39,7 +48,7 @@ class _Capture:
             target = n_const + n_in + i
             if is_view and target not in read:
                 continue
-            read.update(slot(s) for s in sources)
+            read.update(slots_read(tuple(slot(s) for s in sources)))
             if saves:
                 saving.add(id(ctx))
             kept.append((forward, ctx, tuple(slot(s) for s in sources), kwargs, target, name))
@@ -49,7 +58,7 @@ class _Capture:
         # the Tensor: a replay holds no more at once than the eager call would
         last_read: Dict[int, int] = {}
         for i, (_, _, sources, _, _, _) in enumerate(kept):
-            for source in sources:
+            for source in slots_read(sources):
                 if source >= n_const + n_in:  # an op's result (inputs, constants stay)
                     last_read[source] = i
         outputs_kept = {slot(s) for s in output_sources}
@@ -71,13 +80,19 @@ class _Capture:
         self.output_slots = tuple(slot(s) for s in output_sources)
         self.structure = structure
         self.bound = recorder.bound
+        self.modules = recorder.modules
         self.backend = backend
         self.nbytes = recorder.nbytes
 
     def is_stale(self) -> bool:
-        """A tensor the program reads from outside holds another array now."""
+        """A tensor the program reads from outside holds another array now, or a module
+        that ran is in the other mode (``train()``/``eval()``: dropout on or off)."""
         for t, array in self.bound:
             if t.data is not array:
+                return True
+        for ref, training in self.modules:
+            module = ref()
+            if module is not None and module.training is not training:
                 return True
         return False
 
@@ -102,7 +117,15 @@ class _Capture:
 
 
 def _getter(sources: tuple) -> Callable[[list], tuple]:
-    """A function of the slots giving an op's arguments as a tuple (itemgetter: C)."""
+    """A function of the slots giving an op's arguments as a tuple (itemgetter: C; a
+    container argument, an index key holding arrays, is rebuilt in Python)."""
+    if any(isinstance(s, tuple) for s in sources):
+        def build(source: Any, slots: list) -> Any:
+            if isinstance(source, tuple):
+                kind, parts = source
+                return kind(build(p, slots) for p in parts)
+            return slots[source]
+        return lambda slots: tuple(build(s, slots) for s in sources)
     if len(sources) == 1:
         (only,) = sources
         return lambda slots: (slots[only],)
@@ -126,6 +149,7 @@ class _GraphCapture:
         self.op_names = program.op_names
         self.structure, self.bound, self.backend = program.structure, recorder.bound, \
             program.backend
+        self.modules = program.modules
         self.nbytes = recorder.nbytes
         self.graph, self.stream, self.pool = graph, stream, pool
         self.buffers, self.outputs = buffers, outputs

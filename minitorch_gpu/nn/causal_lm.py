@@ -113,8 +113,9 @@ class CausalLM(Module):
             raise ValueError(f"{name}.decode_step: expected a position tensor of one integer, "
                              f"shape (1,), got {position.dtype} of shape "
                              f"{tuple(position.shape)}")
-        # at once on the CPU; on a GPU read at the next host read (a replay checks again in
-        # the attention op, which reads the position)
+        # at once on the CPU; on a GPU read at the next host read. A CPU replay checks
+        # again in the attention op, which reads the position; a GPU graph's launches do
+        # not (DESIGN, "Capture and replay")
         position._backend.check_in_range(
             position.data, room + 1, f"{name}.decode_step: position",
             f"leaves no room for {T} new tokens in a cache of {kv_cache.capacity} positions "

@@ -18,6 +18,7 @@ a token is one launch.
 """
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any, Optional
 
@@ -62,6 +63,11 @@ class CapturedDecoder:
         self.prompt_step = CapturedFunction(decode, max_captures=2, name=name,
                                             cuda_graphs=False)
         self._backend = self.cache.keys[0]._backend
+        tables = getattr(model, "rotary_tables", None)
+        if tables is not None:  # made now, not inside a capture (a GPU's graph pool)
+            for table_dtype in {np.dtype(np.float32), np.dtype(dtype)} & {
+                    np.dtype(np.float32), np.dtype(np.float64)}:
+                tables(0, 0, table_dtype, device)
         self.busy = False  # a generation is using the cache (CausalLM._captured_loop)
 
     def step(self, tokens: Tensor, position: Tensor) -> Tensor:
@@ -97,7 +103,7 @@ def _key(model: Any, batch_size: int, device: Any, dtype: Any, sampling: tuple) 
     # what the step depends on beyond its inputs' shapes: the sampling setting, the cache
     # (batch, device, dtype) and the modes ops read as Python state
     return (batch_size, str(device), np.dtype(dtype).name, sampling, model.training,
-            is_grad_enabled(), amp.autocast_dtype())
+            is_grad_enabled(), amp.autocast_dtype(), dataclasses.astuple(model.config))
 
 
 def decoder_for(model: Any, batch_size: int, device: Any, dtype: Any, temperature: float,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
+from .. import autograd
 from ..autograd import no_grad
 from ..backend import Device, dtypes
 from ..tensor import Tensor, _is_dtype_name
@@ -73,6 +74,8 @@ class Module:
                                   "subclass")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if autograd._recorder is not None:  # capturing: train/eval is fixed in the capture
+            autograd._recorder.module_called(self)
         if not (self._forward_pre_hooks or self._forward_hooks):  # the common case
             return self.forward(*args, **kwargs)
         for hook in list(self._forward_pre_hooks.values()):
