@@ -156,3 +156,21 @@ def pytest_runtest_call(item):
 def pytest_runtest_teardown(item):
     with _time_limit(item, "teardown"):
         yield
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """The paths attention's ``_attend`` took, in order (through every op that calls it:
+    the attention ops and the forms on a model's projections)."""
+    from minitorch_gpu.ops import attention, attention_heads
+    taken = []
+    real = attention._attend
+
+    def spy(ctx, *args, **kwargs):
+        result = real(ctx, *args, **kwargs)
+        taken.append(ctx.path)
+        return result
+
+    monkeypatch.setattr(attention, "_attend", spy)
+    monkeypatch.setattr(attention_heads, "_attend", spy)
+    return taken

@@ -21,10 +21,10 @@ import minitorch_gpu.nn.functional as F
 from minitorch_gpu.backend import cpu_kernels, get_backend
 from minitorch_gpu.backend.cpu_kernels import attention as cpu_attention
 from minitorch_gpu.backend.cpu_kernels import compiler
-from minitorch_gpu.nn import GPTConfig, model_for
-from minitorch_gpu.ops import attention, attention_heads
+from minitorch_gpu.ops import attention
 
 import kernel_twins
+from training_steps import train_steps
 
 pytestmark = pytest.mark.skipif(not cpu_kernels.available(),
                                 reason="numba is not installed (the kernels are optional)")
@@ -49,22 +49,6 @@ def flash(on: bool):
         yield
     finally:
         cpu_attention.FUSED_FROM = before
-
-
-@pytest.fixture
-def paths(monkeypatch):
-    """The paths ``_attend`` took, in order (through every op that calls it)."""
-    taken = []
-    real = attention._attend
-
-    def spy(ctx, *args, **kwargs):
-        result = real(ctx, *args, **kwargs)
-        taken.append(ctx.path)
-        return result
-
-    monkeypatch.setattr(attention, "_attend", spy)
-    monkeypatch.setattr(attention_heads, "_attend", spy)  # GPT's and a Llama's forms
-    return taken
 
 
 def reference(q, k, v, do, causal, scale, keep=None, dropout_p=0.0):
@@ -349,29 +333,11 @@ def test_bad_arguments_are_refused_naming_them(call, error, message):
         call(np.ones((2, 3, 5, 4), np.float32))
 
 
-def _train(arch: str, on: bool, dropout: float, steps: int = 3):
-    """Losses of a few AdamW steps of a tiny model and the first step's gradients, with
-    attention on the flash kernel (on) or the dense path (off)."""
-    extra = dict(n_kv_head=2, ffn_hidden=96) if arch == "llama" else {}
-    config = GPTConfig(arch=arch, n_layer=2, n_head=4, n_embd=64, block_size=40,
-                       vocab_size=50, dropout=dropout, **extra)
-    rng = np.random.default_rng(0)
-    idx, targets = rng.integers(0, 50, (3, 37)), rng.integers(0, 50, (3, 37))
+def _train(arch: str, on: bool, dropout: float):
+    """``train_steps`` of a tiny model with attention on the flash kernel (on) or the
+    dense path (off)."""
     with flash(on):
-        mt.manual_seed(0)
-        model = model_for(config)
-        optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3,
-                                               betas=(0.9, 0.99))
-        losses, grads = [], None
-        for _ in range(steps):
-            _, loss = model(mt.tensor(idx), mt.tensor(targets))
-            optimizer.zero_grad()
-            loss.backward()
-            if grads is None:
-                grads = {k: p.grad.data.copy() for k, p in model.named_parameters()}
-            optimizer.step()
-            losses.append(float(loss.item()))
-    return losses, grads
+        return train_steps(arch, (3, 37), dropout, n_embd=64, block_size=40)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])

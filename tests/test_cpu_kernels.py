@@ -17,10 +17,10 @@ import minitorch_gpu as mt
 import minitorch_gpu.nn.functional as F
 from minitorch_gpu.backend import cpu_kernels, get_backend
 from minitorch_gpu.backend.cpu_kernels import compiler
-from minitorch_gpu.nn import GPTConfig, model_for
 from minitorch_gpu.ops import attention
 
 import kernel_twins
+from training_steps import train_steps
 
 pytestmark = pytest.mark.skipif(not cpu_kernels.available(),
                                 reason="numba is not installed (the kernels are optional)")
@@ -259,31 +259,10 @@ def test_kernel_arguments_are_checked(bad, message):
                                  beta2=0.99, eps=1e-8, weight_decay=0.1, step=0)
 
 
-def _train(arch: str, on: bool, steps: int = 3):
-    """A few AdamW steps of a tiny model: its loss at each step and the gradients of the
-    first (after it, Adam's m / sqrt(v) of a near-zero gradient would magnify float32
-    rounding: the parameters are compared through the losses)."""
-    extra = dict(n_kv_head=2, ffn_hidden=96) if arch == "llama" else {}
-    config = GPTConfig(arch=arch, n_layer=2, n_head=4, n_embd=32, block_size=16,
-                       vocab_size=50, dropout=0.0, **extra)
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, 50, (4, 16))
-    targets = rng.integers(0, 50, (4, 16))
+def _train(arch: str, on: bool):
+    """``train_steps`` of a tiny model with the fused kernels on or off."""
     with kernels(on):
-        mt.manual_seed(0)
-        model = model_for(config)
-        optimizer = model.configure_optimizers(weight_decay=0.1, learning_rate=1e-3,
-                                               betas=(0.9, 0.99))
-        losses, grads = [], None
-        for _ in range(steps):
-            _, loss = model(mt.tensor(idx), mt.tensor(targets))
-            optimizer.zero_grad()
-            loss.backward()
-            if grads is None:
-                grads = {k: p.grad.data.copy() for k, p in model.named_parameters()}
-            optimizer.step()
-            losses.append(float(loss.item()))
-    return losses, grads
+        return train_steps(arch, (4, 16), n_embd=32, block_size=16)
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])

@@ -63,19 +63,11 @@ def test_packed_attention_equals_split_heads(dtype, T):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("causal", [True, False])
-def test_attention_switches_to_the_tiled_path_from_tiled_from_keys(monkeypatch, dtype, causal):
+def test_attention_switches_to_the_tiled_path_from_tiled_from_keys(monkeypatch, paths, dtype,
+                                                                   causal):
     rng = np.random.default_rng(1)
     B, H, T, E = 2, 3, 300, 16
     q, k, v, grad = (rng.standard_normal((B, H, T, E)).astype(dtype) for _ in range(4))
-    paths = []
-    real = attention._attend
-
-    def spy(ctx, *args, **kwargs):
-        result = real(ctx, *args, **kwargs)
-        paths.append(ctx.path)
-        return result
-
-    monkeypatch.setattr(attention, "_attend", spy)
     # the CPU's flash kernel declines (its own test is test_cpu_attention.py): this is
     # the switch between the NumPy paths and the dense kernel
     monkeypatch.setattr(cpu_attention, "FUSED_FROM",

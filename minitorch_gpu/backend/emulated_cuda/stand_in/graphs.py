@@ -58,11 +58,7 @@ class Graph:
 def _copy_into(recorded: Any, new: Any) -> None:
     """A launch's result of one call into the memory of the capture's result."""
     if isinstance(recorded, ndarray) and isinstance(new, ndarray):
-        if new._view is not recorded._view and not (
-                new._view.__array_interface__["data"][0] ==
-                recorded._view.__array_interface__["data"][0]
-                and new._view.strides == recorded._view.strides):
-            recorded._view[...] = new._view
+        recorded._view[...] = new._view  # a view's call gives its own memory: a no-op copy
     elif isinstance(recorded, (tuple, list)) and isinstance(new, (tuple, list)):
         for r, n in zip(recorded, new):
             _copy_into(r, n)
