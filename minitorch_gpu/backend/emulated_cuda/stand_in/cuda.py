@@ -15,6 +15,7 @@ refuses it there (``_check_peer_access``).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -27,6 +28,12 @@ DEVICE_COUNT = 2  # two, so that work on the wrong device shows (CuPy allocates 
 # current device and refuses another device's arrays without peer access)
 TOTAL_MEMORY = 80 * 2 ** 30  # what memGetInfo reports as the device's size (an H100's)
 MULTIPROCESSORS = 4  # cudaDevAttrMultiProcessorCount: sizes cupy.random's state (small)
+# the compute capability the emulated GPUs report, as CuPy's Device.compute_capability
+# ("90": an H100); MINITORCH_EMULATE_CUDA_ARCH=75 makes them a T4 (no bf16), 86 an A10
+COMPUTE_CAPABILITY = os.environ.get("MINITORCH_EMULATE_CUDA_ARCH", "90")
+if not (COMPUTE_CAPABILITY.isdigit() and len(COMPUTE_CAPABILITY) == 2):
+    raise ValueError(f"MINITORCH_EMULATE_CUDA_ARCH must be a compute capability such as 75 "
+                     f"or 90, got {COMPUTE_CAPABILITY!r}")
 
 
 class CUDARuntimeError(RuntimeError):
@@ -82,6 +89,11 @@ class Device:
 
     def synchronize(self) -> None:
         return None  # the host ran everything already
+
+    @property
+    def compute_capability(self) -> str:
+        """``"90"`` for sm_90, as CuPy's (``COMPUTE_CAPABILITY``)."""
+        return COMPUTE_CAPABILITY
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, Device) and other.id == self.id
@@ -333,7 +345,8 @@ class _Runtime:
     def getDeviceProperties(device: int) -> dict:
         _check_device_id(device)
         return {"name": b"Emulated GPU (CPU)", "totalGlobalMem": TOTAL_MEMORY,
-                "multiProcessorCount": MULTIPROCESSORS, "major": 9, "minor": 0}
+                "multiProcessorCount": MULTIPROCESSORS,
+                "major": int(COMPUTE_CAPABILITY[0]), "minor": int(COMPUTE_CAPABILITY[1])}
 
     @staticmethod
     def runtimeGetVersion() -> int:
