@@ -10,6 +10,11 @@ that fails or runs out of time never stops the next:
   tests      the kernel, amp, backend and kernel-dispatch tests on cuda (pytest -m cuda)
   bench      minitorch-gpu bench --case gpt2 --bf16: the GPT-2 124M training step in bf16,
              ms/step, tokens/s, MFU against the bf16 matmul peak measured in the same run
+  decode     scripts/bench_decode.py --device cuda: generation's per-token time, eager
+             against the captured one-token step's CUDA Graph (baby, small, GPT-2 124M)
+  topk       the same with top_k=50 sampling inside the captured step (GPT-2 124M): whether
+             top-k replays from a graph; a capture that fails fails the step, its error in
+             the log and the summary
   train      configs/shakespeare_char_gpu.yaml in bf16, cut to 220 iterations
   llama      configs/llama_small.yaml in bf16, cut to 120 iterations: rms_norm, rotary,
              swiglu and grouped-query attention on the GPU in a real run
@@ -35,7 +40,11 @@ for it), so the first GPU run fails only on what only a GPU confirms. Its sizes 
 fit a few minutes on two cores: the cuda tests less those too slow emulated (the
 definitions name them and why), the bench's smallest case for one step, the two training
 configs for two iterations at a tiny shape on their own device (cuda, bf16), profile at a
-tiny shape. Speeds there mean nothing; the records and the paths through "cuda" do. Only
+tiny shape, both decode steps at the baby's shape for six tokens. Each limit (and per-test
+timeout) there is the GPU's times EMULATED_LIMIT_SCALE (3: the emulated GPU runs a launch's
+threads one by one on the CPU, and the rest step's tests alone took about its GPU limit on
+two idle cores, nearly twice it beside other work); the GPU's limits are never scaled. Speeds there mean nothing; the records and
+the paths through "cuda" do. Only
 compute-sanitizer (memcheck, racecheck) is GPU-only: an echo stands in for it and its tests
 run emulated without it; nvidia-smi and CuPy's config are echoed too. The emulated GPU's
 machine ceilings are measured small first (running.SEED_CEILINGS). tests/test_gpu_check.py
@@ -53,11 +62,13 @@ from typing import List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_check_parts, when imported
 from gpu_check_parts.commands import find_sanitizer, stdlib_chars, train_corpus  # noqa: E402
-from gpu_check_parts.definitions import (INJECT_ENV, MAX_FILES,  # noqa: E402,F401
+from gpu_check_parts.definitions import (EMULATE_ENV,  # noqa: E402,F401
+                                         EMULATED_LIMIT_SCALE, INJECT_ENV, MAX_FILES,
                                          MEMCHECK_SELECTION, RACECHECK_SELECTION, REPO,
-                                         TOTAL_LIMIT_S, Result, Run)
+                                         TEST_TIMEOUT_ENV, TOP_K, TOTAL_LIMIT_S, Result,
+                                         Run)
 from gpu_check_parts.env_record import env_record  # noqa: E402
-from gpu_check_parts.figures import pytest_figure  # noqa: E402,F401
+from gpu_check_parts.figures import decode_figure, pytest_figure  # noqa: E402,F401
 from gpu_check_parts.reporting import (plan, summary_table, trim,  # noqa: E402,F401
                                        write_outputs)
 from gpu_check_parts.running import run_step, seed_emulated_ceilings  # noqa: E402
@@ -107,15 +118,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"{', '.join(names)}", file=sys.stderr)
             return 2
         steps = [s for s in STEPS if s.name in wanted]
-    limits = {s.name: s.limit_s for s in steps}
+    overrides = {}
     for item in args.limit:
         name, _, seconds = item.partition("=")
         if name not in names or not seconds.isdigit() or int(seconds) < 2:
             print(f"gpu_check: --limit {item!r}: expected STEP=SECONDS (>= 2) with STEP one "
                   f"of {', '.join(names)}", file=sys.stderr)
             return 2
-        if name in limits:
-            limits[name] = int(seconds)
+        overrides[name] = int(seconds)
     inject = {}
     if args.dry_run and os.environ.get(INJECT_ENV):
         inject = dict(item.split("=", 1) for item in os.environ[INJECT_ENV].split(",")
@@ -125,6 +135,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               xdist=importlib.util.find_spec("xdist") is not None
               or (REPO / ".devdeps" / "xdist").is_dir(),
               sanitizer=find_sanitizer())
+    # the dry run's limits are scaled (EMULATED_LIMIT_SCALE); a --limit is taken as given
+    limits = {s.name: overrides.get(s.name, run.limit_s(s)) for s in steps}
     print(plan(steps, run, limits), flush=True)
     if args.list:
         return 0

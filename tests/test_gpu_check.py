@@ -23,8 +23,8 @@ import minitorch_gpu as mt
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "gpu_check.py"
-STEP_NAMES = ["env", "tests", "bench", "decode", "train", "llama", "profile", "memcheck",
-              "rest", "racecheck"]
+STEP_NAMES = ["env", "tests", "bench", "decode", "topk", "train", "llama", "profile",
+              "memcheck", "rest", "racecheck"]
 ROW = re.compile(r"^(\w+)\s+(ok|TIMEOUT|skipped|FAILED rc -?\d+|not run)\s+([\d.]+)?\s+(\d+)",
                  re.M)
 
@@ -62,7 +62,7 @@ def test_dry_run_runs_its_steps_on_the_emulated_gpu_within_the_limits(tmp_path: 
     assert {name: status for name, (status, _) in rows.items()} == \
         {name: "ok" for name in QUICK_STEPS}
     limits = [int(limit) for _, limit in rows.values()]
-    assert sum(limits) <= 360
+    assert sum(limits) <= 360 * load_script().EMULATED_LIMIT_SCALE
     total = re.search(r"^total\s+[\d.]+\s+(\d+)", (out / "summary.txt").read_text(), re.M)
     assert total and int(total.group(1)) == sum(limits)
     files = list(out.iterdir())
@@ -116,6 +116,90 @@ def test_list_and_bad_arguments(tmp_path: Path) -> None:
         bad = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO,
                              capture_output=True, text=True, timeout=30)
         assert bad.returncode == 2 and says in bad.stderr
+
+
+def listed_limits(*args: str) -> dict:
+    listed = subprocess.run([sys.executable, str(SCRIPT), "--list", *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=30)
+    assert listed.returncode == 0, listed.stderr
+    return {name: int(limit) for name, limit in
+            re.findall(r"^(\w+)\s+(\d+)\s", listed.stdout, re.M)}
+
+
+def test_the_dry_run_scales_every_limit_and_the_gpu_run_none(tmp_path: Path) -> None:
+    """The dry run's limits and per-test timeouts are the GPU's times one scale
+    (EMULATED_LIMIT_SCALE, > 1: the emulated GPU is the CPU); a GPU run's are the steps'
+    own, and a --limit is taken as given in either."""
+    check = load_script()
+    scale = check.EMULATED_LIMIT_SCALE
+    assert scale > 1
+    gpu, dry = listed_limits(), listed_limits("--dry-run")
+    assert gpu == {**{s.name: s.limit_s for s in check.STEPS},
+                   "total": sum(s.limit_s for s in check.STEPS)}
+    assert dry == {name: scale * limit for name, limit in gpu.items()}
+    assert listed_limits("--dry-run", "--limit", "rest=200")["rest"] == 200
+    from gpu_check_parts.running import step_env  # importable once the script is loaded
+    rest = next(s for s in check.STEPS if s.name == "rest")
+    for dry_run, factor in ((True, scale), (False, 1)):
+        run = check.Run(dry=dry_run, out=tmp_path, work=tmp_path)
+        env = step_env(run, rest)
+        assert env[check.TEST_TIMEOUT_ENV] == str(rest.test_timeout_s * factor)
+        assert (env.get(check.EMULATE_ENV) == "1") == dry_run
+
+
+def test_the_topk_step_times_a_captured_top_k_decode_on_cuda(tmp_path: Path) -> None:
+    """topk runs bench_decode.py as decode does, with top-k sampling in the captured step:
+    GPT-2 124M's vocabulary on a GPU, the baby's in the dry run."""
+    check = load_script()
+    topk = next(s for s in check.STEPS if s.name == "topk")
+    decode = next(s for s in check.STEPS if s.name == "decode")
+    for dry_run, case in ((False, "gpt2"), (True, "baby")):
+        run = check.Run(dry=dry_run, out=tmp_path, work=tmp_path)
+        command = topk.command(run)
+        assert command[:4] == [run.python, "scripts/bench_decode.py", "--device", "cuda"]
+        assert command[command.index("--top-k") + 1] == str(check.TOP_K)
+        assert command[command.index("--cases") + 1] == case
+        assert "--top-k" not in decode.command(run)
+    assert topk.figure is decode.figure and topk.file == decode.file
+
+
+def test_a_decode_figure_names_the_sampling_or_the_error_that_ended_it() -> None:
+    check = load_script()
+    table = ("sampling: temperature 1, top_k 50\n"
+             "case   eager us/tok  captured speed-up | one-token step:\n"
+             "gpt2          9000      1500    6.00x | a CUDA Graph per token on cuda\n")
+    assert check.decode_figure(table, None) == "top_k=50: gpt2 9000 -> 1500 us/token (6.00x)"
+    plain = table.replace("top_k 50", "the whole vocabulary")
+    assert check.decode_figure(plain, None) == "gpt2 9000 -> 1500 us/token (6.00x)"
+    failed = ("sampling: temperature 1, top_k 50\nTraceback (most recent call last):\n"
+              '  File "scripts/bench_decode.py", line 1, in <module>\n'
+              "cupy.cuda.runtime.CUDARuntimeError: cudaErrorStreamCaptureUnsupported: "
+              "operation not permitted when stream is capturing\n")
+    assert check.decode_figure(failed, None) == (
+        "error: cupy.cuda.runtime.CUDARuntimeError: cudaErrorStreamCaptureUnsupported: "
+        "operation not permitted when stream is capturing")
+    no_graph = table.splitlines()[0] + "\nbench_decode: gpt2's one-token step on cuda is not " \
+        "a CUDA Graph: expected a _GraphCapture, got _Capture\n"
+    assert check.decode_figure(no_graph, None).startswith("error: bench_decode: gpt2's")
+
+
+def test_the_topk_step_reports_its_outcome_on_the_emulated_gpu(tmp_path: Path) -> None:
+    """The captured top-k decode on the emulated GPU: ok with its per-token figure, or
+    failed with the error in the summary and its traceback in the log, never a pass
+    without a measurement."""
+    done, out, rows = run_check(tmp_path, "--only", "topk")
+    status, limit = rows["topk"]
+    summary = (out / "summary.txt").read_text()
+    log = (out / "bench.log").read_text()
+    assert int(limit) == 10 * load_script().EMULATED_LIMIT_SCALE
+    assert "--top-k 50" in log and "sampling: temperature 1, top_k 50" in log, log[-3000:]
+    if status == "ok":
+        assert done.returncode == 0
+        assert re.search(r"top_k=50: baby \d+ -> \d+ us/token", summary), summary
+        assert "a CUDA Graph per token on cuda" in log
+    else:
+        assert status.startswith("FAILED") and done.returncode == 1, summary
+        assert "error: " in summary and "Traceback" in log, summary + log[-3000:]
 
 
 def test_logs_are_cut_to_their_head_and_end() -> None:

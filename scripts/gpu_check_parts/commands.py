@@ -12,7 +12,8 @@ from typing import Callable, List, Optional, Sequence
 
 from .definitions import (CORE_TEST_FILES, EMULATED_REST_DESELECTED, EMULATED_REST_IGNORED,
                           EMULATED_TESTS_DESELECTED, GPT2, MEMCHECK_SELECTION,
-                          POOL_OFF_PYTEST, RACECHECK_SELECTION, REPO, SCRIPT, TINY, Command, Run)
+                          POOL_OFF_PYTEST, RACECHECK_SELECTION, REPO, SCRIPT, TINY, TOP_K,
+                          Command, Run)
 
 
 def pytest_command(run: Run, targets: List[str], *, parallel: bool,
@@ -64,6 +65,19 @@ def decode_command(run: Run) -> Command:
     sizes = ["--cases", "baby", "--tokens", "6", "--repeats", "1"] if run.dry else \
         ["--cases", "baby,small,gpt2", "--tokens", "100", "--repeats", "2"]
     return [run.python, "scripts/bench_decode.py", "--device", "cuda", *sizes]
+
+
+def topk_decode_command(run: Run) -> Command:
+    """decode_command with top-k sampling (TOP_K) inside the captured step: whether it
+    replays from a CUDA Graph. bench_decode.py runs the captured generation first and
+    exits with the error when the capture fails or is no graph. On a GPU GPT-2 124M's
+    vocabulary (50,304), where top-k is a partition of a real row; 50 tokens fit its
+    limit beside the model's set-up (per-token times compare with decode's, the cache's
+    shape being the same at every position)."""
+    sizes = ["--cases", "baby", "--tokens", "6", "--repeats", "1"] if run.dry else \
+        ["--cases", "gpt2", "--tokens", "50", "--repeats", "2"]
+    return [run.python, "scripts/bench_decode.py", "--device", "cuda", "--top-k", str(TOP_K),
+            *sizes]
 
 
 def train_corpus(chars: int = 3_000_000) -> tuple:

@@ -9,7 +9,14 @@ from typing import Callable, Dict, List, Optional, Union
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SCRIPT = REPO / "scripts" / "gpu_check.py"  # the entry point (the env step runs it again)
-TOTAL_LIMIT_S = 360  # what one run of the check may spend in its steps
+TOTAL_LIMIT_S = 360  # what one run of the check may spend in its steps (on a GPU)
+# the dry run's limits: each step's limit and per-test timeout times this, and only there
+# (Run.limit_s, Run.test_timeout_s); a GPU run's are the steps' own. The emulated GPU is
+# the CPU, every thread of a launch run one after another, here on two cores without
+# pytest-xdist (a GPU machine has sixteen): the rest step's 1,606 emulated cuda tests took
+# 36-40 s on an idle two-core machine against its 40 s GPU limit, and 70 s beside other
+# work on the same cores. Three times the GPU's limit holds both, and still ends a hang
+EMULATED_LIMIT_SCALE = 3
 MAX_FILES = 8  # what comes back from the GPU machine: 8 files ...
 FILE_CAP = 16 << 20  # ... of at most 16 MiB each
 SECTION_CAP = 4 << 20  # one step's log in its file: the first HEAD_BYTES and the last rest
@@ -64,6 +71,7 @@ POOL_OFF_PYTEST = ("import sys\n"
                    "    print(f'no CuPy here ({exc})', flush=True)\n"
                    "import pytest\n"
                    "sys.exit(pytest.main(sys.argv[1:]))\n")
+TOP_K = 50  # the topk step's sampling: the k likeliest tokens, as generate --top-k 50
 GPT2 = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "vocab_size": 50304}
 TINY = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 64}
 
@@ -79,6 +87,18 @@ class Run:
     xdist: bool = False  # pytest-xdist importable: tests run with -n auto
     sanitizer: Optional[str] = None  # compute-sanitizer's path
     inject: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def limit_scale(self) -> int:
+        return EMULATED_LIMIT_SCALE if self.dry else 1
+
+    def limit_s(self, step: "Step") -> int:
+        """The step's time limit in this run: on a GPU its own, in the dry run scaled."""
+        return step.limit_s * self.limit_scale
+
+    def test_timeout_s(self, step: "Step") -> Optional[int]:
+        """The step's per-test limit in this run (None: the step runs no tests)."""
+        return None if step.test_timeout_s is None else step.test_timeout_s * self.limit_scale
 
     @property
     def device(self) -> str:

@@ -44,11 +44,27 @@ def json_lines(text: str) -> List[dict]:
     return records
 
 
+def last_error(text: str) -> str:
+    """The last line of the log naming an exception (a traceback's last line, or the
+    message a script exits with), cut to 160 characters; "" if none."""
+    found = re.findall(r"^((?:[\w.]+(?:Error|Exception|Interrupt)|bench_decode): .*)$",
+                       text, re.M)
+    return found[-1][:160] if found else ""
+
+
 def decode_figure(text: str, run: Run) -> str:
-    """"baby 1234 -> 456 us/token (2.71x)" per case, from bench_decode.py's table."""
+    """"baby 1234 -> 456 us/token (2.71x)" per case, from bench_decode.py's table, then
+    the sampling when it is top-k, or the error that ended it."""
     rows = re.findall(r"^(\w+)\s+(\d+)\s+(\d+)\s+([\d.]+)x \| a CUDA Graph", text, re.M)
-    return "; ".join(f"{case} {eager} -> {graph} us/token ({ratio}x)"
-                     for case, eager, graph, ratio in rows) or "no measurement"
+    parts = [f"{case} {eager} -> {graph} us/token ({ratio}x)"
+             for case, eager, graph, ratio in rows]
+    top_k = re.search(r"^sampling: .*\btop_k (\d+)", text, re.M)
+    if top_k and parts:
+        parts[0] = f"top_k={top_k.group(1)}: {parts[0]}"
+    error = last_error(text)
+    if error:
+        parts.append(f"error: {error}")
+    return "; ".join(parts) or "no measurement"
 
 
 def bench_figure(text: str, run: Run) -> str:

@@ -38,8 +38,8 @@ def write_outputs(results: List[Result], run: Run) -> None:
 def summary_table(results: List[Result], steps: List[Step], run: Run,
                   limits: Dict[str, int]) -> str:
     gpu_only = sorted({s.name for s in steps if s.gpu_only})
-    mode = (f" (dry run on {run.device}; GPU-only, run as stand-ins: "
-            f"{', '.join(gpu_only) or 'none'})") if run.dry else ""
+    mode = (f" (dry run on {run.device}, limits x{run.limit_scale}; GPU-only, run as "
+            f"stand-ins: {', '.join(gpu_only) or 'none'})") if run.dry else ""
     lines = [f"GPU check{mode}: {len(steps)} steps, limits {sum(limits.values())} s; "
              f"files in {run.out}",
              f"{'step':<10} {'status':<12} {'seconds':>7} {'limit':>5}  key figure"]
@@ -63,7 +63,9 @@ def summary_table(results: List[Result], steps: List[Step], run: Run,
 def plan(steps: List[Step], run: Run, limits: Dict[str, int]) -> str:
     lines = [f"{'step':<10} {'limit':>5}  {'file':<15} what"]
     lines += [f"{s.name:<10} {limits[s.name]:>5}  {s.file:<15} {s.what}" for s in steps]
+    scaled = (f"; the dry run's limits are the GPU's x{run.limit_scale} for the emulated "
+              f"GPU (EMULATED_LIMIT_SCALE)") if run.dry else ""
     lines.append(f"{'total':<10} {sum(limits.values()):>5}  (at most {TOTAL_LIMIT_S} s in a "
-                 f"whole run)")
+                 f"whole run on a GPU{scaled})")
     return "\n".join(lines)
 

@@ -46,7 +46,7 @@ def step_env(run: Run, step: Step) -> Dict[str, str]:
                MINITORCH_GPU_CACHE=str(run.work / "cache"),
                CUPY_CACHE_DIR=str(run.work / "cupy_cache"))
     if step.test_timeout_s:
-        env[TEST_TIMEOUT_ENV] = str(step.test_timeout_s)
+        env[TEST_TIMEOUT_ENV] = str(run.test_timeout_s(step))
     if run.dry:
         env[EMULATE_ENV] = "1"
     else:  # a GPU run on the GPU, even where the shell set the emulation

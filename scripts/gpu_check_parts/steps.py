@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from .commands import (bench_command, decode_command, env_command, memcheck_command,
                        profile_command, racecheck_command, rest_command, stdlib_chars,
-                       tests_command, train_command, train_corpus)
-from .definitions import Step
+                       tests_command, topk_decode_command, train_command,
+                       train_corpus)
+from .definitions import TOP_K, Step
 from .figures import (append_metrics, bench_figure, decode_figure, env_figure,
                       profile_figure, pytest_figure, sanitizer_figure, train_figure)
 
@@ -13,10 +14,13 @@ STEPS = [
          "sees it", env_command, env_figure),
     Step("tests", 70, "tests.log", "kernel, amp, backend and kernel-dispatch tests on cuda",
          tests_command, pytest_figure, test_timeout_s=40),
-    Step("bench", 55, "bench.log", "GPT-2 124M training step, bf16, batch 16 x 1024",
+    Step("bench", 45, "bench.log", "GPT-2 124M training step, bf16, batch 16 x 1024",
          bench_command, bench_figure),
     Step("decode", 15, "bench.log", "generation's tokens eager against the captured step's "
          "CUDA Graph (baby, small, GPT-2 124M)", decode_command, decode_figure),
+    # its 10 s came from bench's 55 (3 + 10 steps and a matmul peak): the 360 s are full
+    Step("topk", 10, "bench.log", f"decode with top_k={TOP_K} sampling captured as a CUDA "
+         "Graph (GPT-2 124M)", topk_decode_command, decode_figure),
     Step("train", 45, "train.log", "shakespeare_char_gpu.yaml in bf16, 220 iterations",
          train_command("configs/shakespeare_char_gpu.yaml", 220, "checkpoints"), train_figure,
          after=append_metrics("checkpoints"),
