@@ -230,6 +230,8 @@ class ndarray:
         if arr.shape != self.shape or arr.dtype != self.dtype:
             raise ValueError(f"Shape or dtype mismatch: {arr.shape} {arr.dtype} into "
                              f"{self.shape} {self.dtype}")
+        from .functions import refuse_upload_while_capturing
+        refuse_upload_while_capturing(arr, "ndarray.set")
         self._view[...] = arr
         if stream is not None and stream is not cuda.get_current_stream():
             stream.queued += 1

@@ -68,6 +68,9 @@ def current_device_id() -> int:
     return _state.device
 
 
+memory.current_device[0] = current_device_id  # allocations are the current device's
+
+
 class Device:
     """``cupy.cuda.Device``: ``with Device(i):`` makes GPU i current inside (and restores
     the one before), ``use()`` makes it current for good."""
@@ -274,30 +277,34 @@ class _Allocation:
 
 
 class MemoryPool:
-    """``cupy.get_default_memory_pool()``: the bytes of the live device buffers. A pool of
-    one's own (``cupy.cuda.MemoryPool()``, a graph's) allocates the same guarded buffers:
-    the stand-in never reuses memory, so no pool hands one user's buffer to another."""
+    """``cupy.cuda.MemoryPool``: ``memory.Pool``'s buffers, reused when freed, as CuPy's
+    pool reuses them (``cupy.get_default_memory_pool()`` is the one every allocation
+    uses unless ``using_allocator`` names another's ``malloc``, as a graph's private pool).
+    Its byte counts are the current device's, as CuPy's per-device pools report."""
 
     def __init__(self, allocator: Any = None) -> None:
         self.allocator = allocator
+        self._pool = memory.Pool("a private pool")
 
     def malloc(self, size: int) -> Any:
-        return _Allocation(memory.empty((int(size),), np.uint8))
+        with memory.using_pool(self._pool):
+            return _Allocation(memory.empty((int(size),), np.uint8))
 
     def used_bytes(self) -> int:
-        return memory.bytes_in_use()
+        return self._pool.used_bytes(_state.device)
 
     def total_bytes(self) -> int:
-        return memory.bytes_in_use()
+        return self._pool.total_bytes(_state.device)
 
     def free_bytes(self) -> int:
-        return 0
+        return self._pool.free_bytes(_state.device)
 
-    def free_all_blocks(self) -> None:
-        return None
+    def free_all_blocks(self, stream: Any = None) -> None:
+        self._pool.free_all_blocks()
 
 
 _pool = MemoryPool()
+_pool._pool = memory.DEFAULT_POOL
 
 
 def get_default_memory_pool() -> MemoryPool:
@@ -360,12 +367,25 @@ class _Runtime:
 runtime = _Runtime()
 
 
+_cublas_handles: Dict[int, int] = {}  # by device: made at the first get_cublas_handle
+
+
 class _DeviceModule:
-    """``cupy.cuda.device``: the cuBLAS handle of the current device."""
+    """``cupy.cuda.device``: the cuBLAS handle of the current device, made at its first
+    request (``cupy/cuda/device.pyx``: cublas.create), which a capturing stream refuses:
+    cublasCreate allocates its workspace on the device."""
 
     @staticmethod
     def get_cublas_handle() -> int:
-        return 1 + _state.device
+        handle = _cublas_handles.get(_state.device)
+        if handle is None:
+            if capturing_streams:
+                raise CUDARuntimeError(
+                    "cudaErrorStreamCaptureUnsupported: operation not permitted when stream "
+                    f"is capturing (cublasCreate: device {_state.device}'s cuBLAS handle is "
+                    f"made at its first GEMM; make it before the capture)")
+            handle = _cublas_handles[_state.device] = 1 + _state.device
+        return handle
 
     Device = Device
     get_device_id = staticmethod(get_device_id)

@@ -198,6 +198,8 @@ def argpartition(a: ndarray, kth: Any, axis: int = -1) -> Any:
     under 1024; past it, it sorts the whole axis (counted in ``full_sorts``), with the
     sort's dtype refusals."""
     view = unwrap(a, _current())
+    for check in ("argpartition: (indices < 0).any()", "argpartition: (indices > 0).any()"):
+        record_read(check)  # CuPy 14.2 checks the positions it unravels on the host
     largest = int(np.max(kth)) + 1  # (this module's max is cupy.max: NumPy's here)
     if 1 << (largest - 1).bit_length() >= ARGPARTITION_SORT_FROM:
         full_sorts[0] += 1
@@ -292,7 +294,20 @@ def array(obj: Any, dtype: Any = None, copy: bool = True, order: str = "K",
     host = np.array(obj, dtype=dtype, copy=True, ndmin=ndmin)
     if host.dtype == object:
         raise ValueError("Unsupported dtype object")
+    refuse_upload_while_capturing(host, "cupy.array/asarray of host data")
     return ndarray._of(_copy_in(host), _current())
+
+
+def refuse_upload_while_capturing(host: np.ndarray, what: str) -> None:
+    """CuPy copies a host array of more than 0 dims with ``copy_from_host_async``, which
+    refuses while the current stream captures (``cupy/cuda/memory.pyx``): a graph could
+    not repeat the copy from memory the host may since have changed. A 0-d value goes in
+    as a kernel argument."""
+    if host.ndim and cuda.get_current_stream().is_capturing():
+        raise cuda.CUDARuntimeError(
+            f"cudaErrorStreamCaptureUnsupported: {what} of shape {host.shape} while the "
+            f"current stream captures (copy_from_host_async refuses a host-to-device copy "
+            f"during a capture)")
 
 
 def _copy_in(host: np.ndarray) -> np.ndarray:
@@ -337,6 +352,7 @@ def matmul(*args: Any, out: Any = None, **kwargs: Any) -> Any:
     device = _current()
     left, right = unwrap(args[0], device), unwrap(args[1], device)
     matmul_refusals(left, right)
+    cuda.device.get_cublas_handle()  # CuPy's matmul is a cuBLAS GEMM on this device
     if out is not None:
         np.matmul(left, right, out=unwrap(out, device))
         return out
@@ -352,9 +368,14 @@ def get_array_module(*args: Any) -> Any:
 
 
 # --- routines whose result's size or value CuPy reads back itself: each a host read -----
-_READS = {"nonzero": "nonzero (the count of nonzeros)", "unique": "unique (its size)",
-          "bincount": "bincount (the largest value)", "allclose": "allclose (a Python bool)",
-          "array_equal": "array_equal (a Python bool)"}
+# (each a description per read: bincount and unravel_index read twice,
+# cupy/_statistics/histogram.py and cupy/_indexing/generate.py, "# synchronize!")
+_READS = {"nonzero": ("nonzero (the count of nonzeros)",), "unique": ("unique (its size)",),
+          "bincount": ("bincount: (x < 0).any()", "bincount: int(cupy.max(x)) (its size)"),
+          "allclose": ("allclose (a Python bool)",),
+          "array_equal": ("array_equal (a Python bool)",),
+          "unravel_index": ("unravel_index: (indices < 0).any()",
+                            "unravel_index: (indices > 0).any()")}
 
 
 def _reading(name: str) -> Any:
@@ -363,9 +384,9 @@ def _reading(name: str) -> Any:
     def reads(*args: Any, **kwargs: Any) -> Any:
         if name == "unique" and args and isinstance(args[0], ndarray):
             _check_sortable(args[0]._view, "unique")  # CuPy's unique sorts
-        result = counted(*args, **kwargs)
-        record_read(_READS[name])
-        return result
+        for what in _READS[name]:
+            record_read(what)
+        return counted(*args, **kwargs)
     reads.__name__ = name
     return reads
 

@@ -5,8 +5,12 @@ On a GPU, work queued on a capturing stream is not run: it becomes the nodes of 
 and ``Graph.launch`` runs them all again, on the same memory, in one call. Here every
 top-level call of the stand-in's API made while the current stream captures (a ufunc, a
 routine, an ndarray method or operator, a kernel, a cuBLAS GEMM, a draw) is recorded with
-its arguments and its result, and a launch calls each again in order, copying a new
-result into the recorded one's memory: the graph's nodes, by address. What CUDA refuses
+its arguments and its result, each device array of them kept as its address, shape,
+strides and dtype, not as a Python reference: a launch calls each again in order on the
+memory at those addresses (``memory.mapped_view``), copying the new result into the
+recorded one's memory. As on a GPU, nothing keeps that memory alive but its owners: a
+buffer freed after the capture goes back to its pool, poisoned, and then to another
+array, and a launch reads whatever lies there. What CUDA refuses
 during a capture is refused: a copy back to the host (any host read), a capture on the
 null stream, a second capture, and ``end_capture`` of a stream that is not capturing.
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from typing import Any, Callable, Iterator, List, Optional
 
 import numpy as np
@@ -30,6 +35,7 @@ from . import cuda, random
 from .array import ndarray
 
 _depth = [0]  # > 0 inside a recorded call (its inner calls are its own) or a launch
+_LAUNCH_SCRATCH = memory.Pool("the graph launches' scratch")
 
 
 class Graph:
@@ -45,14 +51,63 @@ class Graph:
         use = contextlib.nullcontext() if stream is None else stream
         _depth[0] += 1
         try:
-            with use:
+            # the calls' fresh results are the emulation's scratch, which a GPU never
+            # allocates: from a pool of their own, so that none takes (and poisons, when
+            # it dies) memory the graph's nodes read
+            with use, memory.using_pool(_LAUNCH_SCRATCH):
                 for call, args, kwargs, result in self._calls:
-                    _copy_into(result, call(*args, **kwargs))
+                    new = call(*_at_addresses(args), **_at_addresses(kwargs))
+                    _copy_into(_at_addresses(result), new)
         finally:
             _depth[0] -= 1
 
     def upload(self, stream: Any = None) -> None:
         return None
+
+
+class _Address:
+    """A device array as a graph node holds it: where its elements lie, no reference."""
+
+    __slots__ = ("ptr", "shape", "strides", "dtype", "device")
+
+    def __init__(self, array: ndarray) -> None:
+        view = array._view
+        self.ptr = view.__array_interface__["data"][0]
+        self.shape, self.strides, self.dtype = view.shape, view.strides, view.dtype
+        self.device = array._device
+
+    def array(self) -> ndarray:
+        return ndarray._of(memory.mapped_view(self.ptr, self.shape, self.strides,
+                                              self.dtype), self.device)
+
+
+def _by_address(value: Any) -> Any:
+    """``value`` with each device array in it (in tuples, lists, dicts, slices) replaced
+    by its ``_Address``."""
+    if isinstance(value, ndarray):
+        return _Address(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_by_address(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _by_address(v) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(_by_address(value.start), _by_address(value.stop),
+                     _by_address(value.step))
+    return value
+
+
+def _at_addresses(value: Any) -> Any:
+    """``_by_address`` undone: each ``_Address`` an array of the memory there now."""
+    if isinstance(value, _Address):
+        return value.array()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_at_addresses(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _at_addresses(v) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(_at_addresses(value.start), _at_addresses(value.stop),
+                     _at_addresses(value.step))
+    return value
 
 
 def _copy_into(recorded: Any, new: Any) -> None:
@@ -70,13 +125,15 @@ class Capture:
 
     def __init__(self) -> None:
         self.calls: List[tuple] = []
-        self.allocated: List[np.ndarray] = []
+        self.allocated: List[Any] = []  # weak references: a buffer freed meanwhile is
+        # poisoned already, and its memory may be another's
         # the random streams' states: a GPU runs no draw while capturing, the stand-in
         # does, so they are put back when the capture ends (the launches draw)
         self.rng_states = [(g, g._state._view.copy()) for g in list(random.live)]
 
     def allocated_array(self, array: np.ndarray) -> None:
-        self.allocated.append(array)
+        self.allocated.append(weakref.ref(array.base if array.base is not None and
+                                          isinstance(array.base, np.ndarray) else array))
 
 
 
@@ -101,7 +158,8 @@ def recorded(call: Callable[..., Any]) -> Callable[..., Any]:
             result = call(*args, **kwargs)
         finally:
             _depth[0] -= 1
-        capture.calls.append((call, args, kwargs, result))
+        capture.calls.append((call, _by_address(args), _by_address(kwargs),
+                              _by_address(result)))
         return result
     wrapper.__wrapped_for_graphs__ = True
     return wrapper
@@ -123,8 +181,10 @@ def _begin(stream: Any) -> Capture:
 
 def _end(stream: Any, capture: Capture) -> Graph:
     memory.allocation_watchers.remove(capture.allocated_array)
-    for array in capture.allocated:  # not written yet on a GPU: poisoned until a launch
-        array.reshape(-1).view(np.uint8)[...] = 0xFF
+    for ref in capture.allocated:  # not written yet on a GPU: poisoned until a launch
+        array = ref()
+        if array is not None:
+            array.reshape(-1).view(np.uint8)[...] = 0xFF
     for generator, state in capture.rng_states:
         generator._state._view[...] = state
     return Graph(capture.calls, stream.device_id)
@@ -135,7 +195,10 @@ cuda.capture_hooks.update(begin=_begin, end=_end)
 
 @contextlib.contextmanager
 def using_allocator(allocator: Any = None) -> Iterator[None]:
-    """``cupy.cuda.using_allocator``: the stand-in allocates its own guarded buffers
-    whatever the allocator (it never reuses memory, so a graph's buffers are never handed
-    to other work); the context is accepted as CuPy's."""
-    yield
+    """``cupy.cuda.using_allocator``: inside, new arrays come from the pool whose
+    ``malloc`` is ``allocator`` (a graph's private pool); None or another allocator: the
+    default pool."""
+    owner = getattr(allocator, "__self__", None)
+    pool = owner._pool if isinstance(owner, cuda.MemoryPool) else memory.DEFAULT_POOL
+    with memory.using_pool(pool):
+        yield
