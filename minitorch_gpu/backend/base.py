@@ -239,8 +239,22 @@ class Backend:
         their order (a stable sort, as sort/topk/multinomial need to be repeatable)."""
         raise NotImplementedError
 
+    def smallest_positions(self, keys: Any, k: int, axis: int) -> Any:
+        """Positions along ``axis`` of the ``k`` smallest of the integer ``keys``, in no
+        particular order (topk's selection)."""
+        raise NotImplementedError
+
     def prepare_backward(self) -> None:
         """Called by autograd before every backward pass on this backend's tensors."""
+
+    def prepare_to_capture(self) -> None:
+        """Called before a CUDA Graph captures: makes now what the device may not create
+        while a stream captures (a no-op on the CPU)."""
+
+    def compute_capability(self) -> Optional[Tuple[int, int]]:
+        """The GPU's CUDA compute capability as (major, minor), (7, 5) for a T4, (9, 0)
+        for an H100; None on the CPU. bf16 arithmetic needs (8, 0) (Ampere) or newer."""
+        return None
 
     def fused_kernels(self) -> Any:
         """The module of fused kernels (``backend/kernels``) that ops call instead of their

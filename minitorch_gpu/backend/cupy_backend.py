@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
+import weakref
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -133,13 +134,20 @@ class CupyBackend(Backend):
         self.xp = cupy
         self.device = Device("cuda", index)
         self._cuda_device = cupy.cuda.Device(index)
+        # the CUDA Graphs captured here and alive (capturing's _GraphCapture), whose
+        # private memory pools memory_stats counts
+        self.graph_captures: "weakref.WeakSet[Any]" = weakref.WeakSet()
         super().__init__(seed)
 
     def asarray(self, data: Any, dtype: Optional[np.dtype] = None) -> Any:
         """``data`` on this GPU: host data copied in, an array already here kept as it is,
         and an array on another GPU always copied (``_copy_from_device``)."""
-        if isinstance(data, cupy.ndarray) and data.device.id != self.device.index:
-            return self._copy_from_device(data, dtype)
+        if isinstance(data, cupy.ndarray):
+            if data.device.id != self.device.index:
+                return self._copy_from_device(data, dtype)
+        elif Backend.capture_hook is not None and np.ndim(data) and \
+                cupy.cuda.get_current_stream().is_capturing():
+            Backend.capture_hook.host_upload(self, np.shape(data))  # CUDA refuses it
         with self._cuda_device:
             return cupy.asarray(data, dtype=dtype)
 
@@ -232,6 +240,15 @@ class CupyBackend(Backend):
     def data_ptr(self, array: Any) -> int:
         return array.data.ptr
 
+    _capability: Optional[Tuple[int, int]] = None
+
+    def compute_capability(self) -> Tuple[int, int]:
+        """(major, minor) from ``cudaGetDeviceProperties``, asked once."""
+        if self._capability is None:
+            properties = cupy.cuda.runtime.getDeviceProperties(self.device.index)
+            self._capability = (int(properties["major"]), int(properties["minor"]))
+        return self._capability
+
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
         if target.dtype in NARROW_FLOATS:  # cupyx.scatter_add has no bf16/fp16 loop
             wide = target.astype(cupy.float32)
@@ -307,6 +324,14 @@ class CupyBackend(Backend):
                 # same order (the conversion moves bits; NaN stays NaN, sorted last)
                 array = array.astype(float32)
             return cupy.argsort(array, axis=axis)
+
+    def smallest_positions(self, keys: Any, k: int, axis: int) -> Any:
+        """The first ``k`` of a whole stable sort: Thrust's radix sort runs on the stream
+        without a host wait (``par_nosync``), so a CUDA Graph captures it, where CuPy
+        14.2's argpartition reads the positions back twice (two ``.any()``) and a
+        capturing stream refuses that."""
+        index = (slice(None),) * (axis % keys.ndim) + (slice(0, k),)
+        return self.stable_argsort(keys, axis)[index]
 
     def fused_kernels(self) -> Any:
         return fused_kernel_module if self.use_fused_kernels else None
@@ -456,8 +481,21 @@ class CupyBackend(Backend):
         return CudaTimer()
 
     def memory_stats(self) -> dict:
-        pool = cupy.get_default_memory_pool()
-        return {"bytes_in_use": pool.used_bytes(), "bytes_reserved": pool.total_bytes()}
+        """This GPU's bytes (CuPy's pools count the current device's), the private pools
+        of the CUDA Graphs alive on it included (``bytes_in_graphs``, part of both)."""
+        with self._cuda_device:
+            pool = cupy.get_default_memory_pool()
+            used, reserved = pool.used_bytes(), pool.total_bytes()
+            graphs = sum(c.pool.total_bytes() for c in list(self.graph_captures))
+            graphs_used = sum(c.pool.used_bytes() for c in list(self.graph_captures))
+        return {"bytes_in_use": used + graphs_used, "bytes_reserved": reserved + graphs,
+                "bytes_in_graphs": graphs}
+
+    def prepare_to_capture(self) -> None:
+        """cuBLAS's handle of this GPU, made at its first GEMM, is made now: cublasCreate
+        allocates on the device, which a capturing stream does not allow."""
+        with self._cuda_device:
+            cupy.cuda.device.get_cublas_handle()
 
     def free_memory(self) -> Tuple[int, str]:
         """The GPU's free memory (``cudaMemGetInfo``) plus what CuPy's pool holds unused

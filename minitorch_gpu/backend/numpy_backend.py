@@ -85,6 +85,11 @@ class NumpyBackend(Backend):
     def stable_argsort(self, array: np.ndarray, axis: int) -> np.ndarray:
         return np.argsort(array, axis=axis, kind="stable")  # the default is not stable
 
+    def smallest_positions(self, keys: np.ndarray, k: int, axis: int) -> np.ndarray:
+        """A partition (introselect, linear time) and its first ``k``."""
+        index = (slice(None),) * (axis % keys.ndim) + (slice(0, k),)
+        return np.argpartition(keys, k - 1, axis=axis)[index]
+
     def seed(self, seed: int) -> None:
         self._rng = np.random.Generator(np.random.PCG64(seed))
 

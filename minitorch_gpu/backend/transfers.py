@@ -99,6 +99,25 @@ class DeferredChecks:
             low, high = xp.minimum(pending[0], low), xp.maximum(pending[1], high)
         self._pending[key] = (low, high)
 
+    def take(self) -> Dict[Tuple[str, str, int, int, type], Tuple[Any, Any]]:
+        """The pending checks, forgotten here: a CUDA Graph's, made while it captured
+        (each launch writes their arrays again; ``add_launched`` reads them)."""
+        pending, self._pending = self._pending, {}
+        return pending
+
+    def add_launched(self, xp: Any, checks: Dict[Tuple[str, str, int, int, type],
+                                                 Tuple[Any, Any]]) -> None:
+        """A graph's checks after one of its launches, pending like any other. Copies
+        (or new running extremes): the next launch overwrites the graph's own arrays,
+        maybe before anything reads them."""
+        for (before, after, start, stop, error), (low, high) in checks.items():
+            key = (before, after, start, stop, error)
+            pending = self._pending.get(key)
+            if pending is None:
+                self._pending[key] = (low.copy(), high.copy())
+            else:
+                self._pending[key] = (xp.minimum(pending[0], low), xp.maximum(pending[1], high))
+
     def read(self, xp: Any, to_host: Callable[[Any], np.ndarray], device: Any) -> None:
         """Read every pending check (one copy to the host) and forget them; raise the
         error of the first that failed."""

@@ -149,6 +149,10 @@ class CapturedFunction:
         stream.wait_event(cuda.get_current_stream().record())  # the copies in, first
         pool = cuda.MemoryPool()
         outputs: list = []
+        # the checks pending now are read first: a check of the same op captured later
+        # would fold its new values into their arrays, which the graph does not own
+        backend.raise_deferred_errors()
+        backend.prepare_to_capture()  # what CUDA may not create while a stream captures
         checks = backend._deferred_checks
         pending = dict(checks._pending)  # a failed capture's checks would read its buffers
         with cuda.using_allocator(pool.malloc), stream:
@@ -169,8 +173,10 @@ class CapturedFunction:
             _install(None)
             graph = stream.end_capture()
         arrays = [t.data for t, _ in outputs]
-        capture = _GraphCapture(recorder, program, graph, stream, pool, buffers, arrays)
-        graph.launch()  # the first call's results: the capture ran nothing
+        # the checks the call made belong to the graph: read after each of its launches
+        capture = _GraphCapture(recorder, program, graph, stream, pool, buffers, arrays,
+                                checks.take())
+        capture.launch()  # the first call's results: the capture ran nothing
         fresh = iter([Tensor._make(a.copy(), backend, False) for a in arrays])
         return _rebuild(structure, fresh), capture, outputs
 

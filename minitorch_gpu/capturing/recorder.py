@@ -160,6 +160,15 @@ class _Recorder:
                            f"(ops instead of item(), bool() or tolist()), or read it outside "
                            f"the captured function")
 
+    def host_upload(self, backend: Backend, shape: tuple) -> None:
+        """Host data of ``shape`` copied to a GPU while a stream captures, which CUDA
+        refuses (inside an op too): the graph could not repeat the copy."""
+        raise CaptureError(f"{self.where}: {_caller_outside()} copies host data of shape "
+                           f"{shape} to {backend.device} while a CUDA Graph captures, which "
+                           f"CUDA refuses (a factory such as tensor() of a list or a NumPy "
+                           f"array). Make the tensor before the captured function and use "
+                           f"it there, or build it with device ops (arange, zeros, full)")
+
     def random_draw(self, backend: Backend, what: str) -> None:
         if self.depth:
             return

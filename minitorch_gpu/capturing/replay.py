@@ -144,7 +144,7 @@ class _GraphCapture:
     graph's kernels do, for ``op_names``)."""
 
     def __init__(self, recorder: _Recorder, program: _Capture, graph: Any, stream: Any,
-                 pool: Any, buffers: list, outputs: list) -> None:
+                 pool: Any, buffers: list, outputs: list, checks: dict) -> None:
         self.program = program.program
         self.op_names = program.op_names
         self.structure, self.bound, self.backend = program.structure, recorder.bound, \
@@ -155,6 +155,8 @@ class _GraphCapture:
         self.buffers, self.outputs = buffers, outputs
         self.keep = recorder.keep  # every array the graph's kernels were given
         self.rng = program.backend.random_stream()  # the draws' state the graph reads
+        self.checks = checks  # the deferred checks its ops made: arrays its launches write
+        self.backend.graph_captures.add(self)  # its pool counted in memory_stats
 
     def is_stale(self) -> bool:
         """A bound tensor holds another array, or the random stream was replaced
@@ -164,8 +166,15 @@ class _GraphCapture:
     def replay(self, arrays: Sequence[Any]) -> list:
         for buffer, array in zip(self.buffers, arrays):
             buffer[...] = array
-        self.graph.launch()  # on the current stream, after the copies in
+        self.launch()
         return [out.copy() for out in self.outputs]
+
+    def launch(self) -> None:
+        """One launch on the current stream (after the copies in), its checks then
+        pending as an eager call's are."""
+        self.graph.launch()
+        if self.checks:
+            self.backend._deferred_checks.add_launched(self.backend.xp, self.checks)
 
 
 def _flatten(value: Any, outputs: list, path: str) -> Any:

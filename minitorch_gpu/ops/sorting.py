@@ -2,7 +2,7 @@
 cumsum they are what text generation samples with (temperature, top-k, top-p).
 
 sort and topk choose positions along a dim, which has no gradient (a stable argsort, or
-an argpartition), then pick the values there with gather's ``TakeAlongDim``, whose
+a partition), then pick the values there with gather's ``TakeAlongDim``, whose
 backward puts each gradient back where its value came from. multinomial draws category
 indices from rows of non-negative weights with the backend's seeded stream
 (``manual_seed``) and records no graph.
@@ -94,15 +94,16 @@ def _order_keys(xp: Any, array: Any, largest: bool) -> Any:
 def _extreme_positions(backend: Any, array: Any, k: int, axis: int, largest: bool,
                        in_order: bool) -> Any:
     """Positions along ``axis`` of the ``k`` largest (or smallest) elements, from the most
-    extreme on when ``in_order``. A partition (linear time) picks the k smallest of
-    ``_order_keys``; only the k are sorted (stably: equal values stay in the order the
+    extreme on when ``in_order``. The backend picks the k smallest of ``_order_keys``
+    (a partition in linear time on the CPU; on a GPU a sort, which a CUDA Graph can
+    capture); only the k are sorted (stably: equal values stay in the order the
     partition left them), which matters for top-k over a vocabulary of 50k at every
     generated token."""
     xp = backend.xp
     keys = _order_keys(xp, array, largest)
     if k == 0 or k == array.shape[axis]:  # nothing to partition off
         return backend.stable_argsort(keys, axis)[_along(axis, slice(0, k))]
-    positions = xp.argpartition(keys, k - 1, axis=axis)[_along(axis, slice(0, k))]
+    positions = backend.smallest_positions(keys, k, axis)  # a partition, or a sort
     if in_order:
         chosen = xp.take_along_axis(keys, positions, axis=axis)
         order = backend.stable_argsort(chosen, axis)
