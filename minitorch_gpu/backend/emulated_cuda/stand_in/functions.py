@@ -375,13 +375,16 @@ _READS = {"nonzero": ("nonzero (the count of nonzeros)",), "unique": ("unique (i
           "allclose": ("allclose (a Python bool)",),
           "array_equal": ("array_equal (a Python bool)",),
           "unravel_index": ("unravel_index: (indices < 0).any()",
-                            "unravel_index: (indices > 0).any()")}
+                            "unravel_index: (indices > 0).any()"),
+          "where": ("where(condition) (nonzero: the count of nonzeros)",)}
 
 
 def _reading(name: str) -> Any:
     counted = globals()[name]
 
     def reads(*args: Any, **kwargs: Any) -> Any:
+        if name == "where" and (len(args) > 1 or kwargs):  # where(c, x, y): a kernel
+            return counted(*args, **kwargs)
         if name == "unique" and args and isinstance(args[0], ndarray):
             _check_sortable(args[0]._view, "unique")  # CuPy's unique sorts
         for what in _READS[name]:
