@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..amp import autocast_dtype
+from ..amp.autocast_mode import autocast_dtype
 from ..backend import dtypes
 from ..tensor import Tensor
 from ._util import as_tensor_like, check_broadcast, require_tensor, shape_of
