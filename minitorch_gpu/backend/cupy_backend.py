@@ -17,13 +17,10 @@ from . import _cupy
 from ._cupy import cupy, cupy_special, cupyx
 from .base import Backend, Device, Timer
 from .transfers import Upload
-from .dtypes import NARROW_FLOATS, bfloat16, float16, float32
+from .dtypes import NARROW_FLOATS, bfloat16, float32
 from . import kernels as fused_kernel_module
 
 
-# cudaDataType_t of the dtypes cuBLAS multiplies here (library_types.h)
-_CUDA_DATA_TYPES = {float32: 0, float16: 2, bfloat16: 14}  # CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
-_ONE, _ZERO = np.ones((), np.float32), np.zeros((), np.float32)  # alpha, beta (host memory)
 _cublas = None  # cupy_backends.cuda.libs.cublas (_cupy.cublas()), loaded at the first product
 
 
@@ -32,27 +29,11 @@ def _element_strides(array: Any) -> tuple:
 
 
 def _launch_gemm(plan: "gemm.GemmPlan", first: Any, second: Any, c: Any) -> None:
-    """One cuBLAS call of ``plan`` on the current device and stream: C = op(A) op(B) with
-    A = ``first``, B = ``second`` (as the plan names them), float32 compute (tensor cores
-    for bf16/fp16), alpha 1, beta 0."""
+    """One cuBLAS call of ``plan`` (``gemm.call_cublas``) on the current device and stream."""
     global _cublas
     if _cublas is None:
         _cublas = _cupy.cublas()
-    handle = cupy.cuda.device.get_cublas_handle()
-    kinds = [_CUDA_DATA_TYPES[x.dtype] for x in (first, second, c)]
-    if plan.batch == 1:
-        _cublas.gemmEx(handle, plan.transa, plan.transb, plan.m, plan.n, plan.k,
-                       _ONE.ctypes.data, first.data.ptr, kinds[0], plan.lda,
-                       second.data.ptr, kinds[1], plan.ldb, _ZERO.ctypes.data,
-                       c.data.ptr, kinds[2], plan.ldc, _cublas.CUBLAS_COMPUTE_32F,
-                       _cublas.CUBLAS_GEMM_DEFAULT)
-        return
-    _cublas.gemmStridedBatchedEx(
-        handle, plan.transa, plan.transb, plan.m, plan.n, plan.k, _ONE.ctypes.data,
-        first.data.ptr, kinds[0], plan.lda, plan.stride_a,
-        second.data.ptr, kinds[1], plan.ldb, plan.stride_b, _ZERO.ctypes.data,
-        c.data.ptr, kinds[2], plan.ldc, plan.stride_c, plan.batch,
-        _cublas.CUBLAS_COMPUTE_32F, _cublas.CUBLAS_GEMM_DEFAULT)
+    gemm.call_cublas(_cublas, cupy.cuda.device.get_cublas_handle(), plan, first, second, c)
 
 
 _MAX_RESEED = (1 << 63) - 1  # "reseed" mode draws its seed in [0, 2**63 - 1)
@@ -240,14 +221,10 @@ class CupyBackend(Backend):
     def data_ptr(self, array: Any) -> int:
         return array.data.ptr
 
-    _capability: Optional[Tuple[int, int]] = None
-
     def compute_capability(self) -> Tuple[int, int]:
-        """(major, minor) from ``cudaGetDeviceProperties``, asked once."""
-        if self._capability is None:
-            properties = cupy.cuda.runtime.getDeviceProperties(self.device.index)
-            self._capability = (int(properties["major"]), int(properties["minor"]))
-        return self._capability
+        """(major, minor) from ``cudaGetDeviceProperties``."""
+        properties = cupy.cuda.runtime.getDeviceProperties(self.device.index)
+        return int(properties["major"]), int(properties["minor"])
 
     def scatter_add(self, target: Any, index: Any, values: Any) -> None:
         if target.dtype in NARROW_FLOATS:  # cupyx.scatter_add has no bf16/fp16 loop

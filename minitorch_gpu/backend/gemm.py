@@ -18,16 +18,24 @@ result it computes C = A B directly. Batch dims must reduce to one stride per op
 views step T*3C between sequences and hs between heads), ``plan_gemm`` returns None and
 the caller makes that operand contiguous first.
 
-Pure Python, no CuPy: the tests run every plan through a NumPy model of cuBLAS's GEMM
-(tests/test_gemm_plan.py), so only the call itself is left for a GPU.
+No CuPy here: the tests run every plan through a NumPy model of cuBLAS's GEMM
+(tests/test_gemm_plan.py); ``call_cublas`` makes the call with the cuBLAS bindings and the
+arrays it is given (CuPy's on a GPU, the stand-in's on the emulated one).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .dtypes import bfloat16, float16, float32
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
 _INT32_MAX = 2 ** 31 - 1
+# cudaDataType_t of the dtypes cuBLAS multiplies here (library_types.h)
+CUDA_DATA_TYPES = {float32: 0, float16: 2, bfloat16: 14}  # CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
+_ONE, _ZERO = np.ones((), np.float32), np.zeros((), np.float32)  # alpha, beta (host memory)
 
 
 @dataclass(frozen=True)
@@ -132,3 +140,26 @@ def expressible(shape: Sequence[int], strides: Sequence[int]) -> bool:
     handed to cuBLAS as it is (``plan_gemm`` then needs no copy of it)."""
     return _layout(shape[-2], shape[-1], *strides[-2:]) is not None and \
         _batch_stride(shape[:-2], strides[:-2]) is not None
+
+
+def call_cublas(cublas: Any, handle: int, plan: GemmPlan, first: Any, second: Any,
+                c: Any) -> None:
+    """C = op(A) op(B) as one call of ``cublas`` (``cupy_backends.cuda.libs.cublas``):
+    ``gemmEx``, or ``gemmStridedBatchedEx`` for a batch, with A = ``first`` and B =
+    ``second`` (as the plan names them), alpha 1, beta 0 and float32 compute
+    (``CUBLAS_COMPUTE_32F``: tensor cores for bf16 and fp16 operands, whose products are
+    exact and summed in float32). Each array's dtype gives its ``cudaDataType``."""
+    kinds = [CUDA_DATA_TYPES[x.dtype] for x in (first, second, c)]
+    if plan.batch == 1:
+        cublas.gemmEx(handle, plan.transa, plan.transb, plan.m, plan.n, plan.k,
+                      _ONE.ctypes.data, first.data.ptr, kinds[0], plan.lda,
+                      second.data.ptr, kinds[1], plan.ldb, _ZERO.ctypes.data,
+                      c.data.ptr, kinds[2], plan.ldc, cublas.CUBLAS_COMPUTE_32F,
+                      cublas.CUBLAS_GEMM_DEFAULT)
+        return
+    cublas.gemmStridedBatchedEx(
+        handle, plan.transa, plan.transb, plan.m, plan.n, plan.k, _ONE.ctypes.data,
+        first.data.ptr, kinds[0], plan.lda, plan.stride_a,
+        second.data.ptr, kinds[1], plan.ldb, plan.stride_b, _ZERO.ctypes.data,
+        c.data.ptr, kinds[2], plan.ldc, plan.stride_c, plan.batch,
+        cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
