@@ -15,13 +15,14 @@ from . import CausalLM, GPTConfig, model_for
 
 __all__ = ["DTYPES", "build_model", "weight_dtype"]
 
-# the weights' dtype per system.dtype: bf16 mixed precision keeps float32 master weights
-# (and optimizer state) and runs the matrix products in bf16 under autocast
-DTYPES = {"float32": dtypes.float32, "float64": dtypes.float64, "bf16": dtypes.float32}
+# the weights' dtype per system.dtype: bf16 and fp16 mixed precision keep float32 master
+# weights (and optimizer state) and run the matrix products in bf16/fp16 under autocast
+DTYPES = {"float32": dtypes.float32, "float64": dtypes.float64, "bf16": dtypes.float32,
+          "fp16": dtypes.float32}
 
 
 def weight_dtype(name: str) -> Any:
-    """The weights' dtype for a ``system.dtype`` (float32 for bf16 mixed precision)."""
+    """The weights' dtype for a ``system.dtype`` (float32 for bf16/fp16 mixed precision)."""
     if name not in DTYPES:
         raise ValueError(f"system.dtype: expected one of {', '.join(DTYPES)}, got {name!r}")
     return DTYPES[name]

@@ -162,7 +162,7 @@ def _widths(dtype: str) -> Tuple[int, int, int]:
     """(weight bytes w, activation bytes a, compute bytes f) for a system.dtype."""
     if dtype == "float64":
         return 8, 8, 8
-    return 4, (2 if dtype == "bf16" else 4), 4
+    return 4, (2 if dtype in ("bf16", "fp16") else 4), 4
 
 
 def _attention(work: Workload, B: int, T: int, training: bool) -> Tuple[int, int]:

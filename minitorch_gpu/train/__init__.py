@@ -3,7 +3,8 @@
 ``config.py`` (the run config's typed sections, ``config_yaml.py`` its YAML),
 ``model_from_config.py`` (the config's model section as a GPTConfig, the memory check),
 ``init_from.py`` (``model.init_from``: a pretrained source fills the config in),
-``setup.py`` (what a run is built from: ranks, device, samplers), ``trainer.py`` (the loop),
+``setup.py`` (what a run is built from: ranks, device, samplers), ``precision.py``
+(``system.dtype``'s autocast and fp16's loss scaler), ``trainer.py`` (the loop),
 ``run_directory.py``, ``run_lock.py``, ``run_state.py`` (a run's files, its lock, what a
 checkpoint resumes), ``interrupt.py`` (Ctrl-C), ``tensorboard_log.py`` and
 ``plot_runs.py`` (metrics as TensorBoard scalars and as pictures).

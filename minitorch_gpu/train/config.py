@@ -103,7 +103,8 @@ class SystemConfig:
     """The machine: device, precision, seeds and threads."""
 
     device: str = "cpu"  # cpu | cuda | cuda:N
-    dtype: str = "float32"  # float32 | float64 | bf16 (mixed precision: fp32 master weights)
+    dtype: str = "float32"  # float32 | float64 | bf16 | fp16 (mixed precision: fp32 master
+    # weights; fp16 with dynamic loss scaling, for GPUs without bf16 such as the T4)
     seed: int = 1337  # seeds weights, batches and dropout; same seed, same run
     # BLAS threads on the CPU; null: the library's default (under mpiexec: the cores shared
     # out among the ranks)
@@ -150,7 +151,7 @@ SECTIONS: Dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": 
 CHOICES = {
     ("data", "source"): ("text_files", "python_stdlib", "tinyshakespeare", "hf_dataset"),
     ("data", "tokenizer"): ("char", "bpe", "file"),
-    ("system", "dtype"): ("float32", "float64", "bf16"),
+    ("system", "dtype"): ("float32", "float64", "bf16", "fp16"),
     ("model", "arch"): ARCHS,
 }
 

@@ -66,9 +66,10 @@ class TrainResult:
 def checkpoint_meta(*, iter_num: int, evaluated_at: int, best_val_loss: float,
                     model_config: GPTConfig, cfg: Config, tokenizer_json: str,
                     ranks: List[Dict[str, Any]], data_directory: Path,
-                    data_fingerprint: Any) -> Dict[str, Any]:
+                    data_fingerprint: Any, grad_scaler: Dict[str, Any]) -> Dict[str, Any]:
     """A checkpoint's metadata: where the run is, what it trains, and ``ranks``, each rank's
-    ``{"rng": ..., "sampler": ...}`` state, rank 0 first."""
+    ``{"rng": ..., "sampler": ...}`` state, rank 0 first; ``grad_scaler`` is fp16's loss
+    scaler's ``state_dict()`` (``{}`` in other precisions), the same on every rank."""
     return {
         "iter_num": iter_num,
         "evaluated_at": evaluated_at,
@@ -82,6 +83,7 @@ def checkpoint_meta(*, iter_num: int, evaluated_at: int, best_val_loss: float,
         "world_size": len(ranks),
         "other_ranks": ranks[1:],  # ranks 1.. of a data-parallel run: their rng and sampler
         "data": {"directory": str(data_directory), "fingerprint": data_fingerprint},
+        "grad_scaler": grad_scaler,
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

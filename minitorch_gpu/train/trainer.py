@@ -16,7 +16,10 @@ kernel queued before it, and the GPU then idles while Python queues the next ste
 step's loss and gradient norm stay on the device and are read together (one host read) at
 the next log point (every ``train.log_interval`` iterations), evaluation, checkpoint or
 the end, where a NaN or infinite one stops the run, naming the step it came from. So a
-diverged run runs on until then, and never saves a checkpoint after the bad step.
+diverged run runs on until then, and never saves a checkpoint after the bad step. Under
+fp16 (``precision.py``) a step reads one flag, whether its gradients are finite (a step
+whose gradients are not is skipped by the loss scaler and lowers the scale: it does not
+stop the run), and each log point reads the loss scale.
 
 Under ``mpiexec -n N`` (see ``distributed/``) every rank runs this loop on its own batches
 (its own sampler seed) and the gradients are averaged across ranks once per optimizer step,
@@ -36,7 +39,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import backend as backend_module
-from ..amp import autocast
 from ..autograd import no_grad
 from ..backend import dtypes, manual_seed
 from ..checkpoint import CheckpointError, save_checkpoint
@@ -54,6 +56,7 @@ from .run_directory import MetricsLog, RunDirectory, run_directory
 from .run_state import (ResumeRefused, TrainingDiverged, TrainingError, TrainingRefused,
                         TrainResult, checkpoint_meta, load_optimizer_moments, load_resumable,
                         resumed_progress)
+from .precision import MixedPrecision
 from .setup import batch_samplers, join_world, open_backend, pretrained_start
 from .tensorboard_log import TENSORBOARD_HINT, tensorboard_available
 
@@ -117,9 +120,11 @@ class Trainer:
         threads = cfg.system.threads
         set_num_threads(threads if threads is not None else group.cpu_threads())
         self.dtype = weight_dtype(cfg.system.dtype)
-        mixed = cfg.system.dtype == "bf16"
-        self.precision = autocast("bf16", enabled=mixed)  # the forward passes run in it
+        self.mixed = MixedPrecision(cfg.system.dtype)
+        self.precision = self.mixed.autocast  # the forward passes run in it
+        self.scaler = self.mixed.scaler  # fp16's loss scaling; a pass-through otherwise
         self.backend = open_backend(cfg, group)
+        self.mixed.check_device(self.backend)  # bf16 on a GPU without it: use fp16
         self.device = str(self.backend.device)
         self.init = pretrained_start(cfg, self.log)  # model.init_from fills the config in
         self._check_memory(None)  # before minutes of data preparation, the vocabulary unknown
@@ -128,8 +133,7 @@ class Trainer:
         # ranks then find both there instead of writing the same files at the same time
         with group.main_first("rank 0's data preparation"):
             # MFU against the peak of the dtype the products run in
-            self.peak_flops = matmul_peak_flops(self.device,
-                                                dtypes.bfloat16 if mixed else self.dtype)
+            self.peak_flops = matmul_peak_flops(self.device, self.mixed.dtype or self.dtype)
             try:
                 self.data = prepare(cfg.data, log=self.log)
             except (ValueError, RuntimeError, OSError) as exc:  # no corpus, too small, offline
@@ -179,7 +183,8 @@ class Trainer:
             best_val_loss=self.best_val_loss, model_config=self.model_config, cfg=self.cfg,
             tokenizer_json=self.tokenizer_json, ranks=ranks,
             data_directory=self.data.directory,
-            data_fingerprint=self.data.meta.get("source_fingerprint"))
+            data_fingerprint=self.data.meta.get("source_fingerprint"),
+            grad_scaler=self.scaler.state_dict())
 
     def _save(self, path: Path, meta: Optional[Dict[str, Any]]) -> None:
         """Write a checkpoint with ``meta`` from ``_meta()``; rank 0 alone writes."""
@@ -204,6 +209,8 @@ class Trainer:
             raise TrainingError(str(exc)) from None
         self.model.load_state_dict(ckpt.model)
         load_optimizer_moments(self.optimizer, ckpt.optimizer)
+        if self.scaler.is_enabled() and ckpt.meta.get("grad_scaler"):  # else a fresh scale
+            self.scaler.load_state_dict(ckpt.meta["grad_scaler"])
         self.iter_num, self.evaluated_at, self.best_val_loss = resumed_progress(
             ckpt.meta, self.directory.best)
         backend_module.set_rng_state(ranks[self.group.rank]["rng"])
@@ -364,27 +371,36 @@ class Trainer:
             train_loss=last["train"], val_loss=last["val"], seconds=seconds)
 
     @np.errstate(**QUIET_FLOATS)
-    def _step(self) -> Tuple[Any, Any]:
-        """One optimizer step. Returns its loss summed over its micro-batches and its
+    def _step(self) -> Tuple[Any, Any, bool]:
+        """One optimizer step. Returns its loss summed over its micro-batches, its
         gradient norm before clipping (None without clipping): 0-d arrays on the device,
         not read, so that the host never waits for the step's kernels (``_read_steps``
-        reads many steps' at once)."""
-        t = self.cfg.train
+        reads many steps' at once); and whether fp16's scaler skipped the step.
+
+        Under fp16 the scaler multiplies each micro-batch's loss by its scale, divides the
+        gradients back after the all-reduce (before clipping, so the clip sees true
+        norms), and skips the update when any gradient is inf or NaN, which it reads: the
+        one host read of an fp16 step. The all-reduced gradients are the same on every
+        rank, so every rank skips the same steps. Elsewhere the scaler does nothing."""
+        t, scaler = self.cfg.train, self.scaler
         total = None  # this rank's losses summed over the micro-batches, in float64
         for _ in range(t.grad_accum_steps):
             x, y = self.sampler.next_batch()  # (B, T) each; the next one is on its way
-            with self.precision:  # bf16 products when mixed; backward needs no autocast
+            with self.precision:  # bf16/fp16 products when mixed; backward needs no autocast
                 _, loss = self.model(x, y)
             value = loss.data.astype(dtypes.float64)
             total = value if total is None else total + value
-            (loss * (1.0 / t.grad_accum_steps)).backward()
+            scaler.scale(loss * (1.0 / t.grad_accum_steps)).backward()
         self.group.allreduce_gradients(self.model.parameters())  # the mean over ranks
+        scaler.unscale_(self.optimizer)
         norm = None
         if t.grad_clip > 0:
             norm = clip_grad_norm_(self.model.parameters(), t.grad_clip).data
-        self.optimizer.step()
+        skipped_before = scaler.skipped_steps
+        scaler.step(self.optimizer)
+        scaler.update()
         self.optimizer.zero_grad()
-        return total, norm
+        return total, norm, scaler.skipped_steps > skipped_before
 
     def _read_steps(self) -> List[float]:
         """Read the losses and gradient norms of the steps run since the last read, in one
@@ -399,16 +415,17 @@ class Trainer:
             return []
         steps = len(unread)
         with_norms = unread[0][2] is not None
-        values = [loss for _, loss, _ in unread]
+        values = [loss for _, loss, _, _ in unread]
         if with_norms:
-            values += [norm.astype(dtypes.float64) for _, _, norm in unread]
+            values += [norm.astype(dtypes.float64) for _, _, norm, _ in unread]
         own = self.backend.to_numpy(self.backend.xp.stack(values)).tolist()  # waits
         summed = self.group.allreduce_sum(own)  # (the values themselves in one process)
-        for i, (iteration, _, _) in enumerate(unread):
+        for i, (iteration, _, _, skipped) in enumerate(unread):
             if not math.isfinite(summed[i]):
                 self._diverged(own[i] if not math.isfinite(own[i]) else summed[i],
                                at=iteration)
-            if with_norms and not math.isfinite(summed[steps + i]):
+            # a step fp16's scaler skipped had an inf/NaN gradient: that is its job
+            if with_norms and not skipped and not math.isfinite(summed[steps + i]):
                 norm = own[steps + i]
                 self._diverged(norm if not math.isfinite(norm) else summed[steps + i],
                                what="gradient norm", at=iteration)
@@ -462,11 +479,13 @@ class Trainer:
         # one rank's sequences against one rank's peak: the mean MFU of the ranks' devices
         mfu = self.model.estimate_mfu(t.batch_size * t.grad_accum_steps, dt, self.peak_flops,
                                       seq_len=self.cfg.model.block_size)
+        scaling, note = self.mixed.log_fields()  # fp16: the loss scale, the skipped steps
         self._write_metrics({"type": "train", "iter": self.iter_num, "loss": loss, "lr": lr,
-                             "step_ms": dt * 1e3, "tokens_per_s": tokens_per_s, "mfu": mfu})
+                             "step_ms": dt * 1e3, "tokens_per_s": tokens_per_s, "mfu": mfu,
+                             **scaling})
         if self.progress:
             bar.set_postfix_str(f"loss {loss:.4f}, lr {lr:.2e}, {tokens_per_s:,.0f} tok/s, "
-                                f"mfu {100 * mfu:.1f}%", refresh=False)
+                                f"mfu {100 * mfu:.1f}%{note}", refresh=False)
         else:
             say(f"iter {self.iter_num}: loss {loss:.4f}, lr {lr:.2e}, {dt * 1e3:.1f} ms/iter, "
-                f"{tokens_per_s:,.0f} tok/s, mfu {100 * mfu:.1f}%")
+                f"{tokens_per_s:,.0f} tok/s, mfu {100 * mfu:.1f}%{note}")
