@@ -252,7 +252,8 @@ class GradScaler:
         scale, tracker = self._scale, self._growth_tracker
         counted = tracker + 1
         grow = xp.logical_and(xp.logical_not(found), counted >= self._growth_interval)
-        grown = scale * np.float32(self._growth_factor)
+        with np.errstate(over="ignore"):  # NumPy's warning: the overflow is handled here
+            grown = scale * np.float32(self._growth_factor)
         grown = xp.where(xp.isfinite(grown), grown, scale)
         scale[...] = xp.where(found, scale * np.float32(self._backoff_factor),
                               xp.where(grow, grown, scale))
