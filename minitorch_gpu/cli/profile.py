@@ -84,9 +84,9 @@ def _profile(args: argparse.Namespace) -> int:
     targets = mt.randint(0, model.config.vocab_size, (B, T), device=device)
     mode = "forward and backward, training mode" if args.backward else \
         "forward, eval mode, no grad"
-    mixed = cfg.system.dtype == "bf16"
+    mixed = cfg.system.dtype in ("bf16", "fp16")  # mixed precision: its forward's autocast
     if mixed:
-        mode += ", bf16 autocast"
+        mode += f", {cfg.system.dtype} autocast"
     c = model.config
     heads = f"{c.n_head} heads" if c.kv_heads == c.n_head else \
         f"{c.n_head} heads, {c.n_kv_head} key/value heads"
@@ -96,7 +96,8 @@ def _profile(args: argparse.Namespace) -> int:
           flush=True)
     try:
         prof = profile_model(model, idx, targets, warmup=args.warmup, iters=args.iters,
-                             backward=args.backward, autocast="bf16" if mixed else None)
+                             backward=args.backward,
+                             autocast=cfg.system.dtype if mixed else None)
         table = prof.table(sort=args.sort, depth=args.depth)
     except MemoryError:  # anything else here (a CUDA error, say) is unexpected: see main
         print(f"minitorch-gpu profile: out of memory at batch {B} x {T}; try a smaller "
