@@ -43,8 +43,8 @@ configs for two iterations at a tiny shape on their own device (cuda, bf16), pro
 tiny shape, both decode steps at the baby's shape for six tokens. Each limit (and per-test
 timeout) there is the GPU's times EMULATED_LIMIT_SCALE (3: the emulated GPU runs a launch's
 threads one by one on the CPU, and the rest step's tests alone took about its GPU limit on
-two idle cores, nearly twice it beside other work); the GPU's limits are never scaled. Speeds there mean nothing; the records and
-the paths through "cuda" do. Only
+two idle cores, nearly twice it beside other work); the GPU's limits are never scaled.
+Speeds there mean nothing; the records and the paths through "cuda" do. Only
 compute-sanitizer (memcheck, racecheck) is GPU-only: an echo stands in for it and its tests
 run emulated without it; nvidia-smi and CuPy's config are echoed too. The emulated GPU's
 machine ceilings are measured small first (running.SEED_CEILINGS). tests/test_gpu_check.py

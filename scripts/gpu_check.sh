@@ -6,7 +6,8 @@
 #     bash scripts/gpu_check.sh --only bench,rest # rerun the steps that failed
 #     bash scripts/gpu_check.sh --list            # the steps and their limits
 #     bash scripts/gpu_check.sh --dry-run         # every step on the emulated GPU, tiny
-#                                                 # sizes, ~80 s (compute-sanitizer GPU-only)
+#                                                 # sizes, limits x3, ~100 s on two idle
+#                                                 # cores (compute-sanitizer GPU-only)
 # Pure-Python test tools missing there can travel beside the checkout in ".devdeps"
 # (ignored by git), prepared on a machine with a network:
 #     pip install --target .devdeps pytest pytest-xdist hypothesis
