@@ -2,10 +2,10 @@
 script that spends a GPU machine's few minutes cannot break unnoticed; and the per-test time
 limit of tests/conftest.py that the check relies on.
 
-The whole emulated dry run takes a minute and a half on two cores, so the tests here run a
+The whole emulated dry run takes ~100 s on two idle cores, so the tests here run a
 few of its quick steps with --only (env, train, profile, memcheck: the environment record,
-a training run and its metrics, profile, a GPU-only step's stand-in); `bash
-scripts/gpu_check.sh --dry-run` runs them all.
+a training run and its metrics, profile, a GPU-only step's stand-in) and topk alone;
+`bash scripts/gpu_check.sh --dry-run` runs them all.
 """
 from __future__ import annotations
 
