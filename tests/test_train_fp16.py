@@ -5,10 +5,12 @@ state in the checkpoint, and a resumed run that reproduces the uninterrupted one
 the scaler is skipping steps and growing its scale."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,3 +181,60 @@ def test_an_fp16_resume_reproduces_the_uninterrupted_run(workdir, accum):
     for key in final_a.model:
         np.testing.assert_allclose(final_b.model[key], final_a.model[key], rtol=1e-6,
                                    atol=1e-7)
+
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"  # the venv's MPICH, as test_distributed's
+INF_ON_RANK_1 = """\
+import json, sys
+import numpy as np
+from minitorch_gpu.train.config import load_config
+from minitorch_gpu.train.trainer import Trainer
+
+
+class InfOnRank1(Trainer):
+    # rank 1's gradient gets an inf at iteration 3, before the all-reduce: the sum
+    # carries it to rank 0, so both ranks must skip that step and stay identical
+    def _build(self):
+        super()._build()
+        reduce = self.group.allreduce_gradients
+
+        def poisoned(params):
+            params = list(params)
+            if self.group.rank == 1 and self.iter_num == 3:
+                params[0].grad.data[0, 0] = np.inf
+            reduce(params)
+        self.group.allreduce_gradients = poisoned
+
+
+trainer = InfOnRank1(load_config(sys.argv[1], ["system.dtype=fp16"]), progress=False)
+trainer.fit()
+params = list(trainer.model.parameters())
+mine = {"weights": [p.detach().numpy().tolist() for p in params],
+        "moments": [trainer.optimizer.state[p][key].numpy().tolist() for p in params
+                    for key in ("exp_avg", "exp_avg_sq")],
+        "skipped": trainer.scaler.skipped_steps, "scale": trainer.scaler.get_scale()}
+every = trainer.group.gather_object(mine)
+if trainer.group.is_main:
+    first, second = every
+    print(json.dumps({"identical": first["weights"] == second["weights"]
+                      and first["moments"] == second["moments"],
+                      "skipped": [first["skipped"], second["skipped"]],
+                      "scales": [first["scale"], second["scale"]]}))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or not MPIEXEC.exists(),
+                    reason=f"needs mpi4py and {MPIEXEC} (pip install -e '.[dist]')")
+def test_an_inf_on_one_rank_skips_the_step_on_every_rank(workdir):
+    """Two ranks with gradient accumulation: the scaler unscales after the all-reduce, so
+    an inf in one rank's gradient reaches both and both skip the same step, keeping every
+    weight and AdamW moment bit for bit the same."""
+    config = write_config(workdir, iters=8, interval=1000, accum=2)
+    script = workdir / "inf_on_rank_1.py"
+    script.write_text(INF_ON_RANK_1)
+    run = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(script), str(config)],
+                         cwd=workdir, env=environment(workdir), capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    verdict = json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][0])
+    assert verdict == {"identical": True, "skipped": [1, 1], "scales": [2.0 ** 15] * 2}
