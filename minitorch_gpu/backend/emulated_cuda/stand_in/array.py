@@ -51,6 +51,18 @@ def record_read(what: str) -> None:
 read_watchers: list = []  # called with each read's description (the host-read test's)
 
 
+def refuse_upload_while_capturing(host: np.ndarray, what: str) -> None:
+    """CuPy copies a host array of more than 0 dims with ``copy_from_host_async``, which
+    refuses while the current stream captures (``cupy/cuda/memory.pyx``): a graph could
+    not repeat the copy from memory the host may since have changed. A 0-d value goes in
+    as a kernel argument."""
+    if host.ndim and cuda.get_current_stream().is_capturing():
+        raise cuda.CUDARuntimeError(
+            f"cudaErrorStreamCaptureUnsupported: {what} of shape {host.shape} while the "
+            f"current stream captures (copy_from_host_async refuses a host-to-device copy "
+            f"during a capture)")
+
+
 def written_of(array: "ndarray") -> Any:
     """The side-stream copy into ``array``'s memory not yet waited for: kept on the base,
     so a view taken before the copy sees it too."""
@@ -230,7 +242,6 @@ class ndarray:
         if arr.shape != self.shape or arr.dtype != self.dtype:
             raise ValueError(f"Shape or dtype mismatch: {arr.shape} {arr.dtype} into "
                              f"{self.shape} {self.dtype}")
-        from .functions import refuse_upload_while_capturing
         refuse_upload_while_capturing(arr, "ndarray.set")
         self._view[...] = arr
         if stream is not None and stream is not cuda.get_current_stream():

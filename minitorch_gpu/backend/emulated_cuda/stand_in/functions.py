@@ -18,7 +18,8 @@ from .. import memory
 from . import cuda
 import builtins
 
-from .array import ndarray, record_read, reduction_input, unwrap, wrap, written_of
+from .array import (ndarray, record_read, reduction_input, refuse_upload_while_capturing,
+                    unwrap, wrap, written_of)
 from .indexing import wrap_indices
 
 from .ufunc_types import resolve as _resolve_types  # CuPy's loops (scripts/cupy_tables.py)
@@ -296,18 +297,6 @@ def array(obj: Any, dtype: Any = None, copy: bool = True, order: str = "K",
         raise ValueError("Unsupported dtype object")
     refuse_upload_while_capturing(host, "cupy.array/asarray of host data")
     return ndarray._of(_copy_in(host), _current())
-
-
-def refuse_upload_while_capturing(host: np.ndarray, what: str) -> None:
-    """CuPy copies a host array of more than 0 dims with ``copy_from_host_async``, which
-    refuses while the current stream captures (``cupy/cuda/memory.pyx``): a graph could
-    not repeat the copy from memory the host may since have changed. A 0-d value goes in
-    as a kernel argument."""
-    if host.ndim and cuda.get_current_stream().is_capturing():
-        raise cuda.CUDARuntimeError(
-            f"cudaErrorStreamCaptureUnsupported: {what} of shape {host.shape} while the "
-            f"current stream captures (copy_from_host_async refuses a host-to-device copy "
-            f"during a capture)")
 
 
 def _copy_in(host: np.ndarray) -> np.ndarray:
