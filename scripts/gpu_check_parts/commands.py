@@ -103,9 +103,10 @@ def stdlib_chars(run: Run) -> int:
     return 20_000 if run.dry else 3_000_000
 
 
-def train_command(config: str, iters: int, folder: str) -> Callable[[Run], Command]:
-    """The command of a step that trains ``config`` in bf16 for ``iters`` iterations,
-    writing under run.work / ``folder``."""
+def train_command(config: str, iters: int, folder: str,
+                  dtype: Optional[str] = None) -> Callable[[Run], Command]:
+    """The command of a step that trains ``config`` for ``iters`` iterations in its own
+    dtype (bf16) or in ``dtype``, writing under run.work / ``folder``."""
 
     def command(run: Run) -> Command:
         # built just before the step runs: a rerun's figure must not read the metrics an
@@ -113,6 +114,8 @@ def train_command(config: str, iters: int, folder: str) -> Callable[[Run], Comma
         shutil.rmtree(run.work / folder, ignore_errors=True)
         corpus, _ = train_corpus(stdlib_chars(run))
         sets = corpus + [f"checkpoint.dir={run.work / folder}"]
+        if dtype is not None:
+            sets.append(f"system.dtype={dtype}")
         if run.dry:  # the config's own device (cuda) and bf16, two iterations at tiny sizes
             sets += ["model.n_layer=1", "model.n_head=2", "model.n_embd=32",
                      "model.block_size=16", "train.batch_size=2", "train.max_iters=2",

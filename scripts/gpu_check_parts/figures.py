@@ -94,6 +94,9 @@ def train_figure(text: str, run: Run) -> str:
         parts.append(f"val loss {evals[-1]['val_loss']:.4f} at iter {evals[-1]['iter']}")
     elif steps:
         parts.append(f"train loss {steps[-1]['loss']:.4f} at iter {steps[-1]['iter']}")
+    if steps and "skipped_steps" in steps[-1]:  # fp16: the loss scale's record
+        parts.append(f"loss scale {steps[-1]['scale']:g}, "
+                     f"{steps[-1]['skipped_steps']} steps skipped")
     timed = steps[1:] or steps  # the first iteration compiles
     if timed:
         parts.append(f"{statistics.median(r['step_ms'] for r in timed):.1f} ms/iter, "

@@ -21,10 +21,16 @@ STEPS = [
     # its 10 s came from bench's 55 (3 + 10 steps and a matmul peak): the 360 s are full
     Step("topk", 10, "bench.log", f"decode with top_k={TOP_K} sampling captured as a CUDA "
          "Graph (GPT-2 124M)", topk_decode_command, decode_figure),
-    Step("train", 45, "train.log", "shakespeare_char_gpu.yaml in bf16, 220 iterations",
-         train_command("configs/shakespeare_char_gpu.yaml", 220, "checkpoints"), train_figure,
+    Step("train", 33, "train.log", "shakespeare_char_gpu.yaml in bf16, 160 iterations",
+         train_command("configs/shakespeare_char_gpu.yaml", 160, "checkpoints"), train_figure,
          after=append_metrics("checkpoints"),
          note=lambda run: f"corpus: {train_corpus(stdlib_chars(run))[1]}"),
+    # its 12 s came from train's 45 (220 iterations then): fp16 with dynamic loss
+    # scaling, the recipe of GPUs without bf16, on the tensor cores of this one
+    Step("fp16", 12, "train.log", "shakespeare_char_gpu.yaml in fp16 with GradScaler, 60 "
+         "iterations", train_command("configs/shakespeare_char_gpu.yaml", 60,
+                                     "checkpoints_fp16", dtype="fp16"), train_figure,
+         after=append_metrics("checkpoints_fp16")),
     Step("llama", 30, "train.log", "llama_small.yaml in bf16, 120 iterations (the Llama "
          "kernels and grouped-query attention in training)",
          train_command("configs/llama_small.yaml", 120, "checkpoints_llama"), train_figure,
