@@ -1,12 +1,16 @@
 """Each CUDA kernel's registers, spills, static shared memory and theoretical occupancy on
-sm_80 and sm_90, as ptxas reports them when NVRTC compiles the builds the launchers ask
-for with CuPy 14's options (minitorch_gpu/backend/kernels/nvrtc.py). No GPU needed.
+sm_75, sm_80, sm_86, sm_89 and sm_90, as ptxas reports them when NVRTC compiles the builds
+the launchers ask for with CuPy 14's options (minitorch_gpu/backend/kernels/nvrtc.py). No
+GPU needed.
 
     python scripts/kernel_resources.py                 # the table at head sizes 17/32/64/128
-    python scripts/kernel_resources.py --check         # every build (396 x 2 architectures):
-                                                       # exit 1 on a compile error or warning,
-                                                       # or a spill at head size 32, 64 or 128
-    python scripts/kernel_resources.py --head-dims 64 96
+    python scripts/kernel_resources.py --check         # every build for sm_80 and sm_90 (396
+                                                       # x 2), the 21 representative builds
+                                                       # (builds.py) for sm_75/86/89: exit 1
+                                                       # on a compile error or warning, a
+                                                       # spill at head size 32, 64 or 128, or
+                                                       # a block that cannot be resident
+    python scripts/kernel_resources.py --head-dims 64 96 --arch 75 86
 
 NVRTC runs one compile at a time per process, so the builds are spread over processes.
 """
@@ -20,7 +24,7 @@ from typing import List, Optional
 
 from minitorch_gpu.backend import kernels
 from minitorch_gpu.backend.kernels import loader, nvrtc
-from minitorch_gpu.backend.kernels.builds import every_build
+from minitorch_gpu.backend.kernels.builds import builds_for
 
 # threads per block of each source's launches (the launchers' constants)
 THREADS = {"attention.cu": kernels.ATTENTION_WARPS * 32,
@@ -48,10 +52,14 @@ def _compile(job):
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compile every build; exit 1 "
-                        "on an error, a warning or a spill at head size 32, 64 or 128")
+    parser.add_argument("--check", action="store_true", help="compile every build (sm_80, "
+                        "sm_90) or the representative ones (the others); exit 1 on an error, "
+                        "a warning, a spill at head size 32, 64 or 128 or a block that cannot "
+                        "be resident")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[17, 32, 64, 128],
                         help="attention head sizes to list (default: 17 32 64 128)")
+    parser.add_argument("--arch", nargs="+", default=list(nvrtc.ARCHITECTURES),
+                        choices=nvrtc.ARCHITECTURES, help="architectures (default: all)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args(argv)
     if not nvrtc.available():
@@ -59,8 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
         return 2
     shown = set(args.head_dims)
-    jobs = [(name, defines, arch) for name, defines in every_build()
-            for arch in nvrtc.ARCHITECTURES
+    jobs = [(name, defines, arch) for arch in args.arch for name, defines in builds_for(arch)
             if args.check or dict(defines).get("HEAD_DIM", 0) in shown | {0}]
     with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(_compile, jobs, chunksize=4))
@@ -78,14 +85,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             spilled = r.spill_stores + r.spill_loads
             if spilled and d.get("HEAD_DIM", 0) in (0,) + NO_SPILL_HEAD_DIMS:
                 problems.append(f"{name} {label} {r.kernel} sm_{arch}: spills {spilled} bytes")
+            threads = COLUMN_THREADS.get(r.kernel, THREADS[name])
+            share = nvrtc.occupancy(arch, threads, r.registers, r.shared)
+            if share == 0:
+                problems.append(f"{name} {label} {r.kernel} sm_{arch}: a block of {threads} "
+                                f"threads, {r.registers} registers each and {r.shared} bytes "
+                                f"of shared memory cannot be resident")
             if d.get("HEAD_DIM", 0) in shown | {0}:
-                threads = COLUMN_THREADS.get(r.kernel, THREADS[name])
-                share = nvrtc.occupancy(arch, threads, r.registers, r.shared)
                 print(f"{name:22s} {label:24s} {r.kernel:36s} {arch:>4s} {r.registers:4d} "
                       f"{spilled:7d} {r.shared:6d} {100 * share:8.1f}%")
     if args.check:
-        print(f"{len(results)} builds compiled ({len(every_build())} builds x "
-              f"{len(nvrtc.ARCHITECTURES)} architectures)")
+        counts = ", ".join(f"{len(builds_for(a))} for sm_{a}" for a in args.arch)
+        print(f"{len(results)} builds compiled ({counts})")
     for line in problems:
         print("problem:", line, file=sys.stderr)
     return 1 if problems else 0

@@ -22,6 +22,10 @@ import numpy as np
 
 from .. import _cupy
 from ..dtypes import NARROW_FLOATS, bfloat16
+# the architectures every kernel is compiled for by NVRTC without a GPU
+# (scripts/kernel_resources.py --check)
+from .architectures import ARCHITECTURES as CHECKED_ARCHITECTURES
+from .architectures import BF16_MIN_ARCH
 
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("layernorm.cu", "gelu.cu", "cross_entropy.cu", "adamw.cu", "attention.cu",
@@ -36,6 +40,40 @@ BFLOAT16 = np.dtype(bfloat16)
 # INPUT_DTYPE of rmsnorm.cu, rotary.cu and swiglu.cu: the storage dtypes they read (and
 # write their outputs in), widened to float32 on load; attention.cu's codes, less fp16
 INPUT_DTYPES = {"float32": 0, "bfloat16": 1}
+
+
+class KernelBuildError(RuntimeError):
+    """A kernel's module did not compile or load on this GPU."""
+
+
+def reads_bf16(defines: Tuple[Tuple[str, int], ...]) -> bool:
+    """The build stores bf16 (INPUT_DTYPE 1 in every source that has one, or the dense
+    softmax's PROB_BF16)."""
+    d = dict(defines)
+    return d.get("INPUT_DTYPE") == INPUT_DTYPES["bfloat16"] or d.get("PROB_BF16") == 1
+
+
+def build_failure(filename: str, defines: Tuple[Tuple[str, int], ...], name: str,
+                  arch: str, cause: BaseException) -> str:
+    """What a KernelBuildError says: the kernel and its build, the architecture it was
+    built for against the ones checked, the compiler's first line, and the way around
+    it (another system.dtype for a bf16 build)."""
+    label = " ".join(f"{k}={v}" for k, v in defines)
+    build = f"{filename} ({label})" if label else filename
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    first_line = next((line for line in lines if "error" in line.lower()),
+                      lines[0] if lines else type(cause).__name__)
+    checked = ", ".join("sm_" + a for a in CHECKED_ARCHITECTURES)
+    message = (f"fused kernels: kernel {name} of {build} could not be built for sm_{arch} "
+               f"(compute capability {arch[:-1]}.{arch[-1]}): {first_line}. The kernels are "
+               f"compiled without a GPU for {checked}"
+               + ("" if arch in CHECKED_ARCHITECTURES else f", not sm_{arch}"))
+    if reads_bf16(defines):
+        message += (f"; this build reads bf16, whose arithmetic needs sm_{BF16_MIN_ARCH} "
+                    f"or newer: use system.dtype: fp16 (or float32) on this GPU"
+                    if int(arch) < int(BF16_MIN_ARCH) else
+                    "; system.dtype: float32 runs without this bf16 build")
+    return message
 
 
 # --- sources and modules ------------------------------------------------------------------
@@ -69,8 +107,14 @@ def _kernel(device_id: int, filename: str, defines: Tuple[Tuple[str, int], ...],
             name: str) -> Any:
     """Kernel ``name`` of a module, looked up once: CuPy 14's ``get_function`` builds a
     new RawKernel and calls cuModuleGetFunction on every call (raw.pyx), host time on
-    every launch of every step otherwise."""
-    return _module(device_id, filename, defines).get_function(name)
+    every launch of every step otherwise. CuPy compiles the module here, at its first
+    kernel; a build that fails is a KernelBuildError naming the kernel, the build and the
+    GPU's architecture, not NVRTC's log in the middle of a training step."""
+    try:
+        return _module(device_id, filename, defines).get_function(name)
+    except Exception as exc:  # CuPy's CompileException, or the driver's refusal
+        arch = require_cupy().cuda.Device(device_id).compute_capability
+        raise KernelBuildError(build_failure(filename, defines, name, arch, exc)) from exc
 
 
 def load_kernel(like: Any, filename: str, name: str, **defines: int) -> Any:

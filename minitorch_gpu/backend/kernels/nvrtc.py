@@ -32,18 +32,15 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["CUPY_OPTIONS", "ARCHITECTURES", "KernelResources", "NvrtcError", "available",
-           "compile_source", "library_path", "occupancy", "resources", "version"]
+from .architectures import ARCHITECTURES, EVERY_BUILD_ARCHITECTURES, SM_LIMITS
+
+__all__ = ["CUPY_OPTIONS", "ARCHITECTURES", "EVERY_BUILD_ARCHITECTURES", "KernelResources",
+           "NvrtcError", "available", "compile_source", "library_path", "occupancy",
+           "resources", "version"]
 
 CUPY_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")  # + -arch=sm_XX
-ARCHITECTURES = ("80", "90")  # A100 and H100: what the project targets
-
-# per SM, for theoretical occupancy (CUDA C Programming Guide, compute capability tables)
-_SM = {"80": dict(max_warps=64, max_blocks=32, registers=65536, shared=167936),
-       "90": dict(max_warps=64, max_blocks=32, registers=65536, shared=233472)}
-_REGISTER_UNIT = 256  # registers are allocated per warp in units of 256
-_RESERVED_SHARED = 1024  # bytes of shared memory the system keeps per block
-_SHARED_UNIT = 128  # shared memory is allocated per block in units of 128 bytes
+# ARCHITECTURES (what is checked for which GPU) and each SM's limits: architectures.py
+_REGISTER_UNIT = 256  # registers are allocated per warp in units of 256 (every arch here)
 
 
 class NvrtcError(RuntimeError):
@@ -168,12 +165,18 @@ def resources(log: str) -> List[KernelResources]:
 
 def occupancy(arch: str, threads: int, registers: int, shared: int) -> float:
     """Theoretical occupancy (resident warps / the SM's most) of blocks of ``threads``
-    using ``registers`` per thread and ``shared`` static bytes, on sm_``arch``."""
-    sm = _SM[arch]
+    using ``registers`` per thread and ``shared`` static bytes, on sm_``arch``; 0 for a
+    block that cannot be resident at all (too many threads, registers or bytes)."""
+    if arch not in SM_LIMITS:
+        raise ValueError(f"occupancy: no SM limits for sm_{arch}, expected one of "
+                         f"{', '.join('sm_' + a for a in SM_LIMITS)}")
+    sm = SM_LIMITS[arch]
     warps = -(-threads // 32)
     per_warp = -(-max(registers, 1) * 32 // _REGISTER_UNIT) * _REGISTER_UNIT
     by_registers = sm["registers"] // (per_warp * warps)
-    allocated = -(-shared // _SHARED_UNIT) * _SHARED_UNIT + _RESERVED_SHARED
+    allocated = -(-shared // sm["shared_unit"]) * sm["shared_unit"] + sm["reserved"]
     by_shared = sm["shared"] // allocated if shared else sm["max_blocks"]
+    if threads > sm["max_threads"] or shared > sm["shared_per_block"]:
+        return 0.0
     blocks = min(sm["max_blocks"], sm["max_warps"] // warps, by_registers, by_shared)
     return blocks * warps / sm["max_warps"]
