@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import weakref
 from typing import Any, Callable, Iterator, List, Optional
 
 import numpy as np
@@ -41,8 +40,11 @@ _LAUNCH_SCRATCH = memory.Pool("the graph launches' scratch")
 class Graph:
     """``cupy.cuda.Graph``: the calls a capture recorded, launched again on any stream."""
 
-    def __init__(self, calls: List[tuple], device: int) -> None:
+    def __init__(self, calls: List[tuple], device: int, buffers: List[Any] = ()) -> None:
         self._calls, self._device = calls, device
+        # what the capture allocated, an op's temporaries included: on a GPU their blocks
+        # stay the graph's (its private pool keeps them), so its nodes may read them
+        self._buffers = list(buffers)
 
     def launch(self, stream: Any = None) -> None:
         if cuda.current_device_id() != self._device:
@@ -125,15 +127,13 @@ class Capture:
 
     def __init__(self) -> None:
         self.calls: List[tuple] = []
-        self.allocated: List[Any] = []  # weak references: a buffer freed meanwhile is
-        # poisoned already, and its memory may be another's
+        self.allocated: List[Any] = []  # held by the graph: its nodes read them
         # the random streams' states: a GPU runs no draw while capturing, the stand-in
         # does, so they are put back when the capture ends (the launches draw)
         self.rng_states = [(g, g._state._view.copy()) for g in list(random.live)]
 
     def allocated_array(self, array: np.ndarray) -> None:
-        self.allocated.append(weakref.ref(array.base if array.base is not None and
-                                          isinstance(array.base, np.ndarray) else array))
+        self.allocated.append(array)
 
 
 
@@ -181,13 +181,11 @@ def _begin(stream: Any) -> Capture:
 
 def _end(stream: Any, capture: Capture) -> Graph:
     memory.allocation_watchers.remove(capture.allocated_array)
-    for ref in capture.allocated:  # not written yet on a GPU: poisoned until a launch
-        array = ref()
-        if array is not None:
-            array.reshape(-1).view(np.uint8)[...] = 0xFF
+    for array in capture.allocated:  # not written yet on a GPU: poisoned until a launch
+        array.reshape(-1).view(np.uint8)[...] = 0xFF
     for generator, state in capture.rng_states:
         generator._state._view[...] = state
-    return Graph(capture.calls, stream.device_id)
+    return Graph(capture.calls, stream.device_id, capture.allocated)
 
 
 cuda.capture_hooks.update(begin=_begin, end=_end)
