@@ -83,33 +83,28 @@ class _Address:
                                               self.dtype), self.device)
 
 
-def _by_address(value: Any) -> Any:
-    """``value`` with each device array in it (in tuples, lists, dicts, slices) replaced
-    by its ``_Address``."""
-    if isinstance(value, ndarray):
-        return _Address(value)
+def _replace(value: Any, kind: type, replacement: Callable[[Any], Any]) -> Any:
+    """``value`` with each ``kind`` in it (in tuples, lists, dicts, slices) replaced."""
+    if isinstance(value, kind):
+        return replacement(value)
     if isinstance(value, (tuple, list)):
-        return type(value)(_by_address(v) for v in value)
+        return type(value)(_replace(v, kind, replacement) for v in value)
     if isinstance(value, dict):
-        return {k: _by_address(v) for k, v in value.items()}
+        return {k: _replace(v, kind, replacement) for k, v in value.items()}
     if isinstance(value, slice):
-        return slice(_by_address(value.start), _by_address(value.stop),
-                     _by_address(value.step))
+        return slice(*(_replace(v, kind, replacement)
+                       for v in (value.start, value.stop, value.step)))
     return value
+
+
+def _by_address(value: Any) -> Any:
+    """``value`` with each device array in it replaced by its ``_Address``."""
+    return _replace(value, ndarray, _Address)
 
 
 def _at_addresses(value: Any) -> Any:
     """``_by_address`` undone: each ``_Address`` an array of the memory there now."""
-    if isinstance(value, _Address):
-        return value.array()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_at_addresses(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _at_addresses(v) for k, v in value.items()}
-    if isinstance(value, slice):
-        return slice(_at_addresses(value.start), _at_addresses(value.stop),
-                     _at_addresses(value.step))
-    return value
+    return _replace(value, _Address, _Address.array)
 
 
 def _copy_into(recorded: Any, new: Any) -> None:
