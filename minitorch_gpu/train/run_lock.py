@@ -8,6 +8,8 @@ The lock is ``flock(LOCK_EX | LOCK_NB)`` on the file ``.lock`` inside the run di
 which holds its holder's PID, host and start time (JSON) for the refusal's message. The
 kernel drops the lock when the process ends however it ends (``kill -9`` included), so a
 dead trainer never blocks the next one; its stale ``.lock`` file is simply locked again.
+A lock, not a PID file: a PID file outlives ``kill -9`` and must be judged stale, which PID
+reuse and other hosts make guesswork.
 
 A clean release removes the file, while still holding the lock. A process that opened
 the file just before that would then lock a file no longer in the directory, so after

@@ -4,7 +4,8 @@ A device that only tests use. It imitates what the kernels' launchers
 (``backend/kernels``) need from CuPy, and nothing is ever switched to it by the engine:
 ``emulated()`` (or ``activate()``) puts it behind the loader's three seams
 (``loader.require_cupy``, ``loader.load_kernel``, ``loader.contiguous``). (The whole
-``cuda`` device on it, behind ``MINITORCH_EMULATE_CUDA=1``, is a later step.)
+``cuda`` device on it is ``stand_in/``, CuPy's stand-in, which ``MINITORCH_EMULATE_CUDA=1``
+has ``backend/__init__`` install in CuPy's place before ``cupy_backend`` binds the name.)
 
 * ``cuda_emulation.h``: CUDA's built-ins for g++: every CUDA thread a fiber, real barriers,
   warp shuffles by CUDA's rules, static shared memory per block, seeded shuffled schedules,
