@@ -40,11 +40,11 @@ _LAUNCH_SCRATCH = memory.Pool("the graph launches' scratch")
 class Graph:
     """``cupy.cuda.Graph``: the calls a capture recorded, launched again on any stream."""
 
-    def __init__(self, calls: List[tuple], device: int, buffers: List[Any] = ()) -> None:
+    def __init__(self, calls: List[tuple], device: int) -> None:
         self._calls, self._device = calls, device
-        # what the capture allocated, an op's temporaries included: on a GPU their blocks
-        # stay the graph's (its private pool keeps them), so its nodes may read them
-        self._buffers = list(buffers)
+        # what the capture allocated, an op's temporaries included (_end sets it): on a
+        # GPU their blocks stay the graph's (its private pool keeps them)
+        self._buffers: List[Any] = []
 
     def launch(self, stream: Any = None) -> None:
         if cuda.current_device_id() != self._device:
@@ -180,7 +180,9 @@ def _end(stream: Any, capture: Capture) -> Graph:
         array.reshape(-1).view(np.uint8)[...] = 0xFF
     for generator, state in capture.rng_states:
         generator._state._view[...] = state
-    return Graph(capture.calls, stream.device_id, capture.allocated)
+    graph = Graph(capture.calls, stream.device_id)
+    graph._buffers = capture.allocated
+    return graph
 
 
 cuda.capture_hooks.update(begin=_begin, end=_end)
