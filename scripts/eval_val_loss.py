@@ -4,17 +4,18 @@
 
 The trainer's evaluation averages ``eval.iters`` random batches (nanoGPT's estimate, noisy
 by a few hundredths at 20 batches); this scores every token of the val split once, in
-consecutive windows of ``block_size`` tokens, each predicting its next tokens.
+consecutive windows of ``block_size`` tokens, each predicting its next tokens. The work is
+``minitorch_gpu/evaluation/loss.py``'s, as ``minitorch-gpu eval RUN`` does it (which also
+records the result in the run's metrics.jsonl); this prints the one line it always printed.
 """
 from __future__ import annotations
 
 import argparse
-import time
 
-import minitorch_gpu as mt
-from minitorch_gpu.train.config import config_from_dict
-from minitorch_gpu.data import consecutive_windows, prepare
+from minitorch_gpu.data import prepare
+from minitorch_gpu.evaluation import split_loss
 from minitorch_gpu.pretrained.inference import load_for_inference
+from minitorch_gpu.train.config import config_from_dict
 
 
 def main() -> None:
@@ -25,22 +26,11 @@ def main() -> None:
     args = parser.parse_args()
 
     model, _, meta = load_for_inference(args.checkpoint, args.device, keep_padding=True)
-    cfg = config_from_dict(meta["config"])
-    tokens = prepare(cfg.data, log=lambda _: None).val_tokens()
-    T = model.config.block_size
-    inputs, targets = consecutive_windows(tokens, T)  # (n, T) each
-    n = len(inputs)
-    start = time.perf_counter()
-    total = 0.0
-    with mt.no_grad():
-        for i in range(0, n, args.batch_size):
-            x = mt.tensor(inputs[i:i + args.batch_size], device=args.device)
-            y = mt.tensor(targets[i:i + args.batch_size], device=args.device)
-            _, loss = model(x, y)
-            total += loss.item() * x.shape[0]
-    print(f"{args.checkpoint}: val loss {total / n:.4f} over {n * T:,} tokens "
-          f"({n} windows of {T}; iteration {meta['iter_num']}) in "
-          f"{time.perf_counter() - start:.1f} s")
+    tokens = prepare(config_from_dict(meta["config"]).data, log=lambda _: None).val_tokens()
+    result = split_loss(model, tokens, args.batch_size)
+    print(f"{args.checkpoint}: val loss {result.loss:.4f} over {result.tokens:,} tokens "
+          f"({result.windows} windows of {result.block_size}; iteration {meta['iter_num']}) "
+          f"in {result.seconds:.1f} s")
 
 
 if __name__ == "__main__":

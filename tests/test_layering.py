@@ -3,10 +3,11 @@
 DESIGN.md's rules as a test, and the folders are the layers: the engine at the top level
 (Tensor and its method families, autograd, creation, amp, functional, testing, cuda) with
 ops/ beneath it and backend/ and system/ below; nn/ and optim/ on the engine; data/,
-checkpoint/, pretrained/ and distributed/ on those; the applications train/, profiler/ and
-bench/ on top; cli/ above all. Each module belongs to one layer and imports only from its
-own layer or the layers below; within a layer a folder imports another only where SIDEWAYS
-says so; the backend imports nothing outside itself; nothing below the CLI imports the CLI.
+checkpoint/, pretrained/ and distributed/ on those; the applications train/, profiler/,
+bench/ and evaluation/ on top; cli/ above all. Each module belongs to one layer and imports
+only from its own layer or the layers below; within a layer a folder imports another only
+where SIDEWAYS says so; the backend imports nothing outside itself; nothing below the CLI
+imports the CLI.
 The one import circle allowed is the tensor <-> ops join: Tensor's operators and
 `backward()` call the ops and autograd's engine, which build their results as Tensors.
 Imports inside functions count: a lazy import is still a dependency.
@@ -30,7 +31,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("engine", ENGINE),
     ("model", ("nn", "optim")),
     ("inputs and outputs", ("data", "checkpoint", "pretrained", "distributed")),
-    ("application", ("train", "profiler", "bench")),
+    ("application", ("train", "profiler", "bench", "evaluation")),
     ("command line", ("cli", "__main__")),
 ]
 
@@ -42,6 +43,8 @@ SIDEWAYS = {
     ("nn", "optim"): "CausalLM.configure_optimizers builds the model's AdamW (lazily)",
     ("pretrained", "data"): "a pretrained model comes with its tokenizer",
     ("pretrained", "checkpoint"): "from_pretrained reads this project's checkpoints too",
+    ("train", "evaluation"): "the trainer scores HellaSwag every eval.hellaswag_interval "
+                             "iterations",
     ("__main__", "cli"): "python -m minitorch_gpu runs the CLI",
 }
 

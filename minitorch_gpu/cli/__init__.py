@@ -9,6 +9,8 @@
     minitorch-gpu bench [--case baby small] [--threads 2] [--vs-torch] [--quick]
     minitorch-gpu bench --case gpt2 --device cuda --bf16 [--no-generate] [--cprofile 20]
     minitorch-gpu plot checkpoints/quickstart [checkpoints/other ...] [--out runs.png]
+    minitorch-gpu eval checkpoints/quickstart [--task loss|hellaswag] [--data FILE] [--limit N]
+    minitorch-gpu eval hf:gpt2 --task hellaswag [--output scores.jsonl] [--json]
 
 Also ``python -m minitorch_gpu``. Exit codes: 0 done, 1 training diverged or failed,
 2 bad input (a config, a checkpoint, an option, sizes past the memory available), 130
@@ -21,7 +23,7 @@ traceback, and exit code 1: the one log a run leaves is enough to find where it 
 
 Here the parser, the dispatch and what every command shares (Ctrl-C, a closed pipe, out of
 memory, the unexpected); each command's options and work in its own module: train.py
-(train, prepare), generate.py, export.py, profile.py, bench.py, plot.py.
+(train, prepare), generate.py, export.py, profile.py, bench.py, plot.py, eval.py.
 
 Command-line layer, the top: may import every layer below; nothing imports it.
 """
@@ -34,7 +36,7 @@ import traceback
 from typing import List, Optional
 
 from .. import cuda
-from . import bench, errors, export, generate, plot, profile, train
+from . import bench, errors, eval, export, generate, plot, profile, train
 from .bench import BENCH_CASES
 from .errors import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED
 from .profile import SORT_CHOICES
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     train.add_parsers(sub)
-    for command in (generate, export, profile, bench, plot):
+    for command in (generate, export, profile, bench, plot, eval):
         command.add_parser(sub)
     return parser
 

@@ -6,10 +6,11 @@
 ``setup.py`` (what a run is built from: ranks, device, samplers), ``precision.py``
 (``system.dtype``'s autocast and fp16's loss scaler), ``trainer.py`` (the loop),
 ``run_directory.py``, ``run_lock.py``, ``run_state.py`` (a run's files, its lock, what a
-checkpoint resumes), ``interrupt.py`` (Ctrl-C), ``tensorboard_log.py`` and
-``plot_runs.py`` (metrics as TensorBoard scalars and as pictures).
+checkpoint resumes), ``interrupt.py`` (Ctrl-C), ``periodic_hellaswag.py`` (HellaSwag every
+``eval.hellaswag_interval`` iterations), ``tensorboard_log.py`` and ``plot_runs.py``
+(metrics as TensorBoard scalars and as pictures).
 
 Application layer: it may import the engine, ``nn``/``optim``, ``data``, ``checkpoint``,
-``pretrained``, ``distributed`` and the foundation, never ``profiler``/``bench`` beside it
-nor the CLI above it.
+``pretrained``, ``distributed`` and the foundation, and ``evaluation`` beside it (the
+periodic HellaSwag); never ``profiler``/``bench`` beside it nor the CLI above it.
 """

@@ -87,6 +87,13 @@ class EvalConfig:
     interval: int = 250  # evaluate (and checkpoint) every this many iterations, and at the end
     iters: int = 20  # batches of train and of val averaged per evaluation
     batch_size: Optional[int] = None  # null: train.batch_size
+    # HellaSwag's accuracy every this many iterations and at the end (evaluation/
+    # hellaswag.py), into metrics.jsonl as "hellaswag" records; null: never
+    hellaswag_interval: Optional[int] = None
+    # a local jsonl in HellaSwag's format; null: the validation set (10,042 examples),
+    # fetched once into the cache
+    hellaswag_data: Optional[str] = None
+    hellaswag_limit: Optional[int] = None  # score the first this many examples; null: all
 
 
 @dataclass
@@ -151,6 +158,7 @@ SECTIONS: Dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": 
 CHOICES = {
     ("data", "source"): ("text_files", "python_stdlib", "tinyshakespeare", "hf_dataset"),
     ("data", "tokenizer"): ("char", "bpe", "file"),
+    ("data", "val_split"): ("auto", "position", "documents"),
     ("system", "dtype"): ("float32", "float64", "bf16", "fp16"),
     ("model", "arch"): ARCHS,
 }
@@ -320,6 +328,10 @@ def validate(cfg: Config) -> None:
            "an int >= 257 for a byte-level BPE (256 bytes + merges)", d.vocab_size)
     _check(0.0 < d.val_fraction < 1.0, "data.val_fraction", "a number in (0, 1)",
            d.val_fraction)
+    for key in ("tokenizer_sample_chars", "shard_tokens"):
+        _check(getattr(d, key) >= 1, f"data.{key}", "an int >= 1", getattr(d, key))
+    _check(d.workers is None or d.workers >= 0, "data.workers", "an int >= 0 or null",
+           d.workers)
     if d.source == "text_files":
         _check(bool(d.path or d.paths), "data.path", "a file or glob for source text_files",
                d.path)
@@ -359,6 +371,11 @@ def validate(cfg: Config) -> None:
     _check(e.iters >= 1, "eval.iters", "an int >= 1", e.iters)
     _check(e.batch_size is None or e.batch_size >= 1, "eval.batch_size", "an int >= 1 or null",
            e.batch_size)
+    for key in ("hellaswag_interval", "hellaswag_limit"):
+        value = getattr(e, key)
+        _check(value is None or value >= 1, f"eval.{key}", "an int >= 1 or null", value)
+    _check(e.hellaswag_data is None or bool(str(e.hellaswag_data).strip()),
+           "eval.hellaswag_data", "a HellaSwag jsonl file or null", e.hellaswag_data)
     _check(bool(cfg.checkpoint.dir), "checkpoint.dir", "a directory", cfg.checkpoint.dir)
     run = cfg.checkpoint.run_name
     _check(run is None or (bool(run) and "/" not in run and run not in (".", "..")),

@@ -4,7 +4,8 @@
 
 One figure of six panels, every run overlaid in its own colour and named by its directory:
 train and val loss against iterations, against tokens seen and against training time;
-the learning rate, tokens/s and MFU against iterations.
+the learning rate, tokens/s and MFU against iterations; and a seventh, HellaSwag's
+acc_norm (and acc) against iterations, when a run scored it.
 
 What the trainer writes (``trainer.py``), one JSON object a line:
 
@@ -13,6 +14,7 @@ What the trainer writes (``trainer.py``), one JSON object a line:
   ranks'), ``mfu``;
 - ``eval``, every ``eval.interval`` iterations: ``train_loss`` and ``val_loss`` over the
   fixed evaluation batches;
+- ``hellaswag``, every ``eval.hellaswag_interval`` iterations: ``acc`` and ``acc_norm``;
 - ``error``, where a run diverged: not drawn.
 
 Two figures are not in the lines and are derived:
@@ -45,7 +47,7 @@ PLOT_HINT = "matplotlib is not installed: pip install -e '.[plot]' (or pip insta
 
 # the numbers each kind of line must carry; other kinds of line (error) are skipped
 FIELDS = {"train": ("loss", "lr", "step_ms", "tokens_per_s", "mfu"),
-          "eval": ("train_loss", "val_loss")}
+          "eval": ("train_loss", "val_loss"), "hellaswag": ("acc", "acc_norm")}
 
 
 class MetricsError(ValueError):
@@ -66,6 +68,7 @@ class RunMetrics:
     world_size: int  # ranks, read off the train lines
     train: Dict[str, np.ndarray] = field(default_factory=dict)
     eval: Dict[str, np.ndarray] = field(default_factory=dict)
+    hellaswag: Dict[str, np.ndarray] = field(default_factory=dict)  # "iter", acc, acc_norm
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -74,9 +77,10 @@ def _is_number(value: Any) -> bool:
 
 
 def read_metrics(path: Path) -> Dict[str, List[Dict[str, Any]]]:
-    """The train and eval lines of a metrics.jsonl, each kind in file order; error lines
-    and lines of kinds this reader does not know are left out. MetricsError names the
-    line that is not a JSON object with a "type", an "iter" and its kind's numbers."""
+    """The train, eval and hellaswag lines of a metrics.jsonl, each kind in file order;
+    error lines and lines of kinds this reader does not know (eval_task) are left out.
+    MetricsError names the line that is not a JSON object with a "type", an "iter" and its
+    kind's numbers."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -85,7 +89,7 @@ def read_metrics(path: Path) -> Dict[str, List[Dict[str, Any]]]:
                            f"checkpoint.dir/run_name/metrics.jsonl)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MetricsError(f"cannot read {path}: {exc}") from None
-    lines = {"train": [], "eval": []}
+    lines: Dict[str, List[Dict[str, Any]]] = {kind: [] for kind in FIELDS}
     seen = 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -173,9 +177,11 @@ def read_run(run_dir: Union[str, Path], name: Optional[str] = None) -> RunMetric
                                  np.r_[0.0, train["seconds"]])
     for series in (train, evals):
         series["tokens"] = series["iter"] * tokens_per_iter
+    hellaswag = {key: np.array([r[key] for r in lines["hellaswag"]], dtype=np.float64)
+                 for key in ("iter", *FIELDS["hellaswag"])}
     return RunMetrics(name=name or run_dir.resolve().name, directory=run_dir,
                       tokens_per_iter=tokens_per_iter, world_size=ranks, train=train,
-                      eval=evals)
+                      eval=evals, hellaswag=hellaswag)
 
 
 def read_runs(run_dirs: Sequence[Union[str, Path]]) -> List[RunMetrics]:
@@ -215,8 +221,21 @@ def plot_runs(runs: Sequence[RunMetrics], out: Union[str, Path], *, dpi: int = 1
         raise RuntimeError(PLOT_HINT) from None
     scale, unit = _time_unit(runs)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.4), layout="constrained")
-    (by_iter, by_tokens, by_time), (lr_ax, speed_ax, mfu_ax) = axes
+    with_hellaswag = any(len(run.hellaswag.get("iter", ())) for run in runs)
+    fig, axes = plt.subplots(2, 4 if with_hellaswag else 3, layout="constrained",
+                             figsize=(20 if with_hellaswag else 15, 8.4))
+    (by_iter, by_tokens, by_time), (lr_ax, speed_ax, mfu_ax) = axes[0][:3], axes[1][:3]
+    panels = [(by_iter, "iteration", "loss", "loss by iteration"),
+              (by_tokens, "tokens seen", "loss", "loss by tokens seen"),
+              (by_time, f"time in training steps ({unit})", "loss", "loss by training time"),
+              (lr_ax, "iteration", "learning rate", "learning rate"),
+              (speed_ax, "iteration", "tokens/s", "throughput (all ranks)"),
+              (mfu_ax, "iteration", "MFU (%)", "model FLOPs utilisation")]
+    if with_hellaswag:
+        hellaswag_ax = axes[0][3]
+        fig.delaxes(axes[1][3])
+        panels.append((hellaswag_ax, "iteration", "accuracy",
+                       "HellaSwag acc_norm (solid), acc (dashed)"))
     for k, run in enumerate(runs):
         color = colors[k % len(colors)]
         t, e = run.train, run.eval
@@ -229,14 +248,13 @@ def plot_runs(runs: Sequence[RunMetrics], out: Union[str, Path], *, dpi: int = 1
         lr_ax.plot(t["iter"], t["lr"], color=color)
         speed_ax.plot(t["iter"], t["tokens_per_s"], color=color)
         mfu_ax.plot(t["iter"], 100 * t["mfu"], color=color)
+        if with_hellaswag and len(run.hellaswag["iter"]):
+            h = run.hellaswag
+            hellaswag_ax.plot(h["iter"], h["acc_norm"], color=color, marker="o",
+                              markersize=3.5, linewidth=1.6)
+            hellaswag_ax.plot(h["iter"], h["acc"], color=color, linestyle="--", linewidth=1.2)
 
-    for ax, xlabel, ylabel, title in (
-            (by_iter, "iteration", "loss", "loss by iteration"),
-            (by_tokens, "tokens seen", "loss", "loss by tokens seen"),
-            (by_time, f"time in training steps ({unit})", "loss", "loss by training time"),
-            (lr_ax, "iteration", "learning rate", "learning rate"),
-            (speed_ax, "iteration", "tokens/s", "throughput (all ranks)"),
-            (mfu_ax, "iteration", "MFU (%)", "model FLOPs utilisation")):
+    for ax, xlabel, ylabel, title in panels:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)

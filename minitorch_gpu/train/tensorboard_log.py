@@ -1,9 +1,10 @@
 """The metrics log mirrored as TensorBoard event files (``logging.tensorboard: true``).
 
-Each number of a train or eval record of ``metrics.jsonl`` becomes the scalar ``TYPE/KEY``
-at step ``iter``: ``train/loss``, ``train/lr``, ``train/step_ms``, ``train/tokens_per_s``,
-``train/mfu``, ``eval/train_loss``, ``eval/val_loss``, ``eval/best_val_loss``,
-``eval/lr``. The event files go to ``run_dir/tensorboard/``, so ``tensorboard --logdir
+Each number of a train, eval or hellaswag record of ``metrics.jsonl`` becomes the scalar
+``TYPE/KEY`` at step ``iter``: ``train/loss``, ``train/lr``, ``train/step_ms``,
+``train/tokens_per_s``, ``train/mfu``, ``eval/train_loss``, ``eval/val_loss``,
+``eval/best_val_loss``, ``eval/lr``, ``hellaswag/acc``, ``hellaswag/acc_norm``,
+``hellaswag/examples``, ``hellaswag/cropped``, ``hellaswag/seconds``. The event files go to ``run_dir/tensorboard/``, so ``tensorboard --logdir
 checkpoints`` shows every run under its name::
 
     minitorch-gpu train configs/shakespeare_char.yaml --set logging.tensorboard=true
@@ -29,6 +30,7 @@ TENSORBOARD_HINT = ("logging.tensorboard is true, and tensorboardX, which writes
                     "files, is not installed: pip install -e '.[tensorboard]' (or pip install "
                     "tensorboardX)")
 EVENT_FILES = "events.out.tfevents.*"  # the names TensorBoard's writers give their files
+SCALAR_RECORDS = ("train", "eval", "hellaswag")  # the kinds of record drawn as scalars
 
 
 def tensorboard_available() -> bool:
@@ -76,10 +78,10 @@ class TensorBoardLog:
             purge_step=None if resumed_at is None else resumed_at + 1)
 
     def write(self, record: Dict[str, Any]) -> None:
-        """A train or eval record's numbers as scalars at its iteration; other records
-        (error) are not scalars and are skipped."""
+        """A train, eval or hellaswag record's numbers as scalars at its iteration; other
+        records (error) are not scalars and are skipped."""
         kind = record.get("type")
-        if kind not in ("train", "eval"):
+        if kind not in SCALAR_RECORDS:
             return
         step = int(record["iter"])
         for key, value in record.items():

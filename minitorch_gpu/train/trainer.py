@@ -4,7 +4,8 @@ One optimizer step is nanoGPT's: ``grad_accum_steps`` micro-batches, each forwar
 backward with the loss scaled by 1 / grad_accum_steps, then the global gradient norm
 clipped, an AdamW step at the learning rate of the warm-up + cosine schedule, and the
 gradients cleared. Every ``eval.interval`` iterations (and at the last) the mean loss of
-``eval.iters`` batches of each split is measured and checkpoints are written.
+``eval.iters`` batches of each split is measured and checkpoints are written; every
+``eval.hellaswag_interval``, HellaSwag's accuracy (``periodic_hellaswag.py``).
 
 What the loop runs on is built first (``setup.py``: the ranks, the device, the
 samplers). The run directory (``run_directory.py``) is locked while ``fit`` runs. Checkpoint writes are
@@ -52,6 +53,7 @@ from ..system.machine import matmul_peak_flops, set_num_threads
 from .config import Config, ConfigError, config_to_yaml
 from .interrupt import StopOnInterrupt
 from .model_from_config import check_training_memory, gpt_config
+from .periodic_hellaswag import PeriodicHellaSwag
 from .run_directory import MetricsLog, RunDirectory, run_directory
 from .run_state import (ResumeRefused, TrainingDiverged, TrainingError, TrainingRefused,
                         TrainResult, checkpoint_meta, load_optimizer_moments, load_resumable,
@@ -280,6 +282,7 @@ class Trainer:
         # the same seed gave every rank the same weights, and a resumed run's come from one
         # file; starting from rank 0's makes sure of it
         group.broadcast_parameters(self.model.parameters())
+        self.hellaswag = PeriodicHellaSwag(cfg, group, self.tokenizer, self.iter_num, self.log)
         if group.is_main:
             self.directory.write_text("config.yaml", config_to_yaml(cfg))
             self.directory.write_text("tokenizer.json", self.tokenizer_json)
@@ -329,6 +332,8 @@ class Trainer:
                     say(f"eval at iter {self.iter_num}: train loss {losses['train']:.4f}, "
                         f"val loss {losses['val']:.4f}{note}")
                     window_start = time.perf_counter()  # evaluation is not training speed
+                if self.hellaswag.score_if_due(self.model, self.iter_num, self._write_metrics, say):
+                    window_start = time.perf_counter()  # nor is HellaSwag
                 if self.iter_num >= t.max_iters:
                     break
                 self._unread.append((self.iter_num, *self._step()))
