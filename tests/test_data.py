@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import sysconfig
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +19,8 @@ import pytest
 
 import minitorch_gpu as mt
 from minitorch_gpu.train.config import DataConfig
-from minitorch_gpu.data import (BatchSampler, BPETokenizer, CharTokenizer, build_tokenizer,
+from minitorch_gpu.data import (BatchSampler, BPETokenizer, CharTokenizer, TokenSplit,
+                                read_header, build_tokenizer,
                                 cache_root, load_text, load_tokenizer, prepare, prepared_dir,
                                 source_fingerprint, token_dtype, tokenizer_from_json)
 from minitorch_gpu.data.sources import TINYSHAKESPEARE_URL, stdlib_file_paths
@@ -425,23 +427,27 @@ def text_files_cfg(tmp_path, **kwargs) -> DataConfig:
 @pytest.mark.parametrize("tokenizer, vocab_size", [("char", 4096), ("bpe", 300)])
 def test_prepare_writes_tokens_tokenizer_and_meta(tmp_path, tokenizer, vocab_size):
     cfg = text_files_cfg(tmp_path, tokenizer=tokenizer, vocab_size=vocab_size,
-                         val_fraction=0.25)
+                         val_fraction=0.25, val_split="position")
     lines = []
     data = prepare(cfg, log=lines.append)
     assert data.directory == prepared_dir(cfg) and data.directory.parent.parent == \
         tmp_path / "cache"
-    assert {p.name for p in data.directory.iterdir()} == {"train.bin", "val.bin",
-                                                          "tokenizer.json", "meta.json"}
-    meta = json.loads((data.directory / "meta.json").read_text())
+    assert {p.name for p in data.directory.iterdir()} == {"tokens_000000.bin",
+                                                          "tokenizer.json", "manifest.json"}
+    meta = json.loads((data.directory / "manifest.json").read_text())
     assert meta == data.meta and meta["tokenizer"] == tokenizer and meta["dtype"] == "uint16"
+    assert meta["complete"] and meta["val_split"] == "position" and meta["documents"] == 2
     text = load_text(cfg)
     ids = data.tokenizer.encode(text)
     n_val = int(len(ids) * 0.25)
     assert (meta["train_tokens"], meta["val_tokens"]) == (len(ids) - n_val, n_val)
     assert meta["characters"] == len(text) and meta["vocab_size"] == data.vocab_size
     train, val = data.train_tokens(), data.val_tokens()
-    assert isinstance(train, np.memmap) and train.dtype == np.uint16 and not train.flags.writeable
-    assert data.train_path.stat().st_size == 2 * len(train)
+    assert isinstance(train, TokenSplit) and train.dtype == np.uint16
+    shard = data.directory / "tokens_000000.bin"
+    assert read_header(shard) == (len(ids), np.uint16)
+    assert shard.stat().st_size == 1024 + 2 * len(ids)
+    assert data.shard_paths("train") == data.shard_paths("val") == [shard]
     assert np.concatenate([train, val]).tolist() == ids
     assert load_tokenizer(data.directory / "tokenizer.json").encode(text) == ids
     assert any("tokens" in line for line in lines)
@@ -469,12 +475,12 @@ def test_prepare_skips_when_nothing_changed_and_redoes_when_something_did(tmp_pa
                                                             for line in lines)
     assert edited.meta["train_tokens"] > first.meta["train_tokens"]
 
-    created = edited.meta["created"], (edited.directory / "meta.json").stat().st_mtime_ns
+    created = edited.meta["created"], (edited.directory / "manifest.json").stat().st_mtime_ns
     time.sleep(0.01)
     lines = []
     forced = prepare(cfg, force=True, log=lines.append)
     assert forced.directory == edited.directory
-    assert (forced.directory / "meta.json").stat().st_mtime_ns != created[1]
+    assert (forced.directory / "manifest.json").stat().st_mtime_ns != created[1]
     assert not any("using prepared" in line for line in lines)
 
 
@@ -487,12 +493,13 @@ def test_prepare_cache_dir_does_not_change_the_key(tmp_path):
 def test_prepare_redoes_an_incomplete_folder(tmp_path):
     cfg = text_files_cfg(tmp_path)
     data = prepare(cfg, log=lambda line: None)
-    with open(data.val_path, "ab") as f:  # a damaged token file no longer matches meta.json
+    shard = data.shard_paths("val")[-1]
+    with open(shard, "ab") as f:  # a damaged shard no longer matches its header
         f.write(b"\0\0")
     lines = []
     again = prepare(cfg, log=lines.append)
     assert not any("using prepared" in line for line in lines)
-    assert again.val_path.stat().st_size == 2 * again.meta["val_tokens"]
+    assert read_header(again.shard_paths("val")[-1])[0] == again.meta["shards"][-1]["tokens"]
     leftovers = [p.name for p in data.directory.parent.iterdir() if p.name.startswith(".")]
     assert leftovers == []
 
@@ -513,52 +520,34 @@ def test_prepare_notices_a_rewrite_that_keeps_size_and_mtime(tmp_path):
     assert "FIRST CITIZEN" in again.tokenizer.decode(again.train_tokens()[:100])
 
 
-def test_prepare_uses_the_folder_a_concurrent_prepare_finished_first(tmp_path, monkeypatch):
-    # two runs of one config at once: the later one replaced the folder the first was
-    # already reading (or crashed, below)
-    prepare_module = importlib.import_module("minitorch_gpu.data.prepare")
+def test_a_concurrent_prepare_waits_then_uses_the_folder_the_first_finished(tmp_path,
+                                                                            monkeypatch):
+    # two runs of one config at once: the second waits on the lock, then reads the first's
+    # folder instead of tokenizing the corpus again beside it
+    preparation = importlib.import_module("minitorch_gpu.data.preparation")
     cfg = text_files_cfg(tmp_path)
-    build = prepare_module.build_tokenizer
-    other = []
+    build = preparation.Preparation._build_tokenizer
+    building = threading.Event()
 
-    def build_while_another_prepare_finishes(*args):
-        if not other:
-            other.append(None)  # the nested prepare builds with this function too
-            other[0] = prepare(cfg, log=lambda line: None)
-            other.append(other[0].directory.stat().st_ino)
-        return build(*args)
+    def slow_build(self):
+        building.set()
+        time.sleep(0.5)  # the second prepare arrives while the first holds the lock
+        return build(self)
 
-    monkeypatch.setattr(prepare_module, "build_tokenizer", build_while_another_prepare_finishes)
-    lines = []
-    data = prepare(cfg, log=lines.append)
-    assert data.directory == other[0].directory and data.meta == other[0].meta
-    assert data.directory.stat().st_ino == other[1]  # the same folder, not a replacement
-    assert any("another prepare" in line for line in lines)
-    leftovers = [p.name for p in data.directory.parent.iterdir() if p.name.startswith(".")]
-    assert leftovers == []
-
-
-def test_concurrent_prepares_do_not_crash_on_the_rename(tmp_path, monkeypatch):
-    # another prepare's folder landing between our check and our rename made os.replace
-    # fail with "Directory not empty"
-    import shutil
-    prepare_module = importlib.import_module("minitorch_gpu.data.prepare")
-    cfg = text_files_cfg(tmp_path)
-    finished = prepare(cfg, log=lambda line: None).directory
-    saved = tmp_path / "saved"
-    shutil.copytree(finished, saved)
-    shutil.rmtree(finished)
-    replace = os.replace
-
-    def another_prepare_lands_first(src, dst):
-        if Path(dst) == finished and not finished.exists():
-            shutil.copytree(saved, finished)
-        return replace(src, dst)
-
-    monkeypatch.setattr(prepare_module.os, "replace", another_prepare_lands_first)
-    data = prepare(cfg, log=lambda line: None)
-    assert data.directory == finished and data.train_tokens().size > 0
-    assert [p.name for p in finished.parent.iterdir() if p.name.startswith(".")] == []
+    monkeypatch.setattr(preparation.Preparation, "_build_tokenizer", slow_build)
+    results, lines = {}, []
+    first = threading.Thread(target=lambda: results.update(first=prepare(
+        cfg, log=lambda line: None)))
+    first.start()
+    assert building.wait(10)
+    results["second"] = prepare(cfg, log=lines.append)
+    first.join()
+    assert results["second"].directory == results["first"].directory
+    assert results["second"].meta == results["first"].meta
+    assert any("waiting for another prepare" in line for line in lines)
+    assert any("another prepare of this config finished first" in line for line in lines)
+    parent = results["first"].directory.parent
+    assert sorted(p.name for p in parent.iterdir()) == [results["first"].directory.name]
 
 
 @pytest.mark.parametrize("vocab_size, dtype", [(1, np.uint16), (65535, np.uint16),

@@ -29,9 +29,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     train.set_defaults(run=_train)
 
     prep = sub.add_parser("prepare", help="tokenize a config's corpus into its cache",
-                          description="Tokenize the corpus once into train.bin/val.bin and "
-                                      "meta.json in the data cache (skipped when nothing "
-                                      "changed). Training does this itself when needed.")
+                          description="Tokenize the corpus once, streamed through worker "
+                                      "processes, into token shards and a manifest in the "
+                                      "data cache (skipped when nothing changed; an "
+                                      "interrupted prepare continues from its finished "
+                                      "shards). Training does this itself when needed.")
     add_config_arguments(prep)
     prep.add_argument("--force", action="store_true", help="prepare again even if cached")
     prep.set_defaults(run=_prepare)

@@ -1,4 +1,9 @@
-"""The data layer: a corpus (sources), a tokenizer, prepared token files, random batches.
+"""The data layer: a corpus (sources), a tokenizer, prepared token shards, random batches.
+
+sources.py streams a corpus's documents; encoding.py cuts the stream into chunks and
+tokenizes them in worker processes; shards.py is the shard file format and ``TokenSplit``,
+a split read across shards; prepare.py runs the whole preparation, resumable; sampler.py
+draws batches; windows.py cuts a split into consecutive windows.
 
 >>> from minitorch_gpu.data import DataConfig
 >>> from minitorch_gpu.data import BatchSampler, prepare
@@ -13,11 +18,13 @@ from .config import DataConfig
 from .sources import cache_root, describe_source, load_text, source_fingerprint
 from .tokenizer import (BPETokenizer, CharTokenizer, Tokenizer, build_tokenizer, load_tokenizer,
                         tokenizer_from_json)
-from .prepare import PreparedData, prepare, prepared_dir, token_dtype
+from .prepare import PreparedData, prepare, prepared_dir, token_dtype, val_split_of
+from .shards import ShardError, TokenSplit, read_header
 from .sampler import BatchSampler
 from .windows import consecutive_windows
 
 __all__ = ["DataConfig", "cache_root", "describe_source", "load_text", "source_fingerprint", "Tokenizer",
            "CharTokenizer", "BPETokenizer", "tokenizer_from_json", "load_tokenizer",
            "build_tokenizer", "PreparedData", "prepare", "prepared_dir", "token_dtype",
+           "val_split_of", "ShardError", "TokenSplit", "read_header",
            "BatchSampler", "consecutive_windows"]

@@ -27,5 +27,9 @@ class DataConfig:
     tokenizer: str = "char"  # char (vocabulary from the corpus) | bpe (byte-level, trained) | file
     vocab_size: int = 4096  # bpe: the vocabulary to train to
     tokenizer_path: Optional[str] = None  # tokenizer: file: a tokenizer.json to load
-    val_fraction: float = 0.1  # the last fraction of the corpus held out for validation
+    val_fraction: float = 0.1  # the fraction of the corpus held out for validation
+    val_split: str = "auto"  # position (the last val_fraction of the tokens) | documents (every 1/val_fraction-th document, whole) | auto: documents for at least 1/val_fraction documents
+    tokenizer_sample_chars: int = 50_000_000  # bpe: train on at most the corpus's first this many characters
+    shard_tokens: int = 100_000_000  # tokens per shard file (the last of a split holds the rest)
+    workers: Optional[int] = None  # processes that tokenize; null: one per core; 0: none, in this process
     cache_dir: Optional[str] = None  # prepared tokens and downloads; null: $MINITORCH_GPU_CACHE or ~/.cache/minitorch_gpu

@@ -1,18 +1,36 @@
-"""Corpus -> tokenizer + token files on disk, done once per corpus and data config.
+"""Corpus -> tokenizer + token shards on disk, streamed, once per corpus and data config.
 
-``prepare(cfg)`` writes ``<cache>/prepared/<key>/`` holding ``train.bin`` and ``val.bin`` (raw
-uint16 ids, uint32 when the vocabulary exceeds 65536), ``tokenizer.json`` and ``meta.json``.
-The key hashes the source's fingerprint and every data setting but ``cache_dir``, so a
-second call with nothing changed only reads ``meta.json``.
+``prepare(cfg)`` writes ``<cache>/prepared/<source>-<key>/`` holding ``tokenizer.json``, the
+token shards (``shards.py``: a 1 KiB header, then uint16 ids, uint32 past 65,536 tokens)
+and ``manifest.json``, which lists the shards and where each split lies in them. The key
+hashes the source's fingerprint and every data setting that changes the tokens, so a second
+call with nothing changed only reads the manifest.
+
+The corpus streams through: documents a block at a time (``sources.documents``), cut into
+chunks (``encoding.Chunker``), tokenized in worker processes, appended to shards. Memory
+stays bounded whatever the corpus's size; a BPE is trained on the corpus's first
+``data.tokenizer_sample_chars`` characters (a corpus below that: on all of it).
+
+The work goes on in ``<name>.partial/``, whose manifest (replaced atomically) lists every
+finished shard and where the stream resumes after it; Ctrl-C or a crash keeps the finished
+shards, and the next prepare continues from them. The folder is renamed into place once
+whole. One prepare of a key runs at a time (a lock file beside it); another waits, then
+uses what the first made.
+
+The val split (``data.val_split``): ``position``, nanoGPT's, the last ``val_fraction`` of
+the tokens; ``documents``, whole documents, every (1/val_fraction)-th (document ``i`` when
+``floor((i + 1) f + 1/2) > floor(i f + 1/2)``), in shards of their own; ``auto``,
+``documents`` for a corpus of at least 1/val_fraction documents (files, dataset rows), else
+``position`` (tinyshakespeare, one file, a few).
 
 >>> data = prepare(DataConfig(source="python_stdlib", max_chars=100_000))
->>> data.train_tokens()[:8]  # a read-only np.memmap
+>>> data.train_tokens()[:8]  # a TokenSplit: slices read the shards
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -21,33 +39,29 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from .config import DataConfig
-from .sources import cache_root, describe_source, load_text, source_fingerprint
-from .tokenizer import Tokenizer, build_tokenizer, load_tokenizer
+from .preparation import PREPARE_FORMAT, Preparation, read_manifest, token_dtype, val_split_of
+from .shards import ShardRange, TokenSplit, read_header
+from .sources import cache_root, fetch_source, source_fingerprint
+from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["PreparedData", "prepare", "prepared_dir", "token_dtype", "PREPARE_FORMAT"]
+__all__ = ["PreparedData", "prepare", "prepared_dir", "token_dtype", "val_split_of",
+           "PREPARE_FORMAT"]
 
-PREPARE_FORMAT = 1  # bump when the files' layout changes: old prepared folders are then unused
-MIN_SPLIT_TOKENS = 2  # a split needs an input and its next token
+NOT_TOKENS = ("cache_dir", "workers")  # data settings that do not change the tokens
 
 Log = Callable[[str], None]
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """The smallest unsigned dtype holding ids below ``vocab_size``: uint16 up to 65536."""
-    if vocab_size < 1:
-        raise ValueError(f"token_dtype: expected vocab_size >= 1, got {vocab_size}")
-    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
 def _settings(cfg: DataConfig) -> Dict[str, Any]:
     """The data config without the fields that do not change the tokens."""
     settings = dataclasses.asdict(cfg)
-    settings.pop("cache_dir")
+    for name in NOT_TOKENS:
+        settings.pop(name)
     return settings
 
 
@@ -78,7 +92,7 @@ def prepared_dir(cfg: DataConfig) -> Path:
 
 @dataclass
 class PreparedData:
-    """A prepared corpus: its folder, its ``meta.json`` and its tokenizer."""
+    """A prepared corpus: its folder, its ``manifest.json`` (``meta``) and its tokenizer."""
 
     directory: Path
     meta: Dict[str, Any]
@@ -88,161 +102,122 @@ class PreparedData:
     def vocab_size(self) -> int:
         return int(self.meta["vocab_size"])
 
-    @property
-    def train_path(self) -> Path:
-        return self.directory / "train.bin"
+    def shard_paths(self, split: str) -> List[Path]:
+        """The shard files ``split`` (train or val) reads, in order."""
+        return list(dict.fromkeys(r.path for r in self._ranges(split)))
 
-    @property
-    def val_path(self) -> Path:
-        return self.directory / "val.bin"
+    def _ranges(self, split: str) -> List[ShardRange]:
+        return [ShardRange(self.directory / name, start, stop)
+                for name, start, stop in self.meta["splits"][split]]
 
-    def _tokens(self, path: Path, count: int) -> np.memmap:
-        return np.memmap(path, dtype=np.dtype(self.meta["dtype"]), mode="r", shape=(count,))
+    def train_tokens(self) -> TokenSplit:
+        """The training ids, read from the shards: (train_tokens,)."""
+        return TokenSplit(self._ranges("train"), np.dtype(self.meta["dtype"]))
 
-    def train_tokens(self) -> np.memmap:
-        """The training ids, read-only and memory-mapped: (train_tokens,)."""
-        return self._tokens(self.train_path, int(self.meta["train_tokens"]))
-
-    def val_tokens(self) -> np.memmap:
-        """The validation ids, read-only and memory-mapped: (val_tokens,)."""
-        return self._tokens(self.val_path, int(self.meta["val_tokens"]))
+    def val_tokens(self) -> TokenSplit:
+        """The validation ids, read from the shards: (val_tokens,)."""
+        return TokenSplit(self._ranges("val"), np.dtype(self.meta["dtype"]))
 
 
 def _load_if_complete(directory: Path, key: str) -> Optional[PreparedData]:
-    """The prepared data in ``directory`` when its meta.json has ``key`` and the token files
-    have the sizes it records; else None."""
+    """The prepared data in ``directory`` when its manifest is complete, has ``key``, and
+    every shard it names has the header and size it records; else None."""
+    meta = read_manifest(directory)
     try:
-        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
-        itemsize = np.dtype(meta["dtype"]).itemsize
-        for split in ("train", "val"):
-            if (directory / f"{split}.bin").stat().st_size != meta[f"{split}_tokens"] * itemsize:
-                return None
-        if meta.get("key") != key or meta.get("format") != PREPARE_FORMAT:
+        if meta is None or not meta.get("complete") or meta.get("key") != key or \
+                meta.get("format") != PREPARE_FORMAT:
             return None
+        dtype = np.dtype(meta["dtype"])
+        for shard in meta["shards"]:
+            if read_header(directory / shard["name"]) != (shard["tokens"], dtype):
+                return None
         tokenizer = load_tokenizer(directory / "tokenizer.json")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # ShardError is a ValueError
         return None
     return PreparedData(directory, meta, tokenizer)
 
 
-def _check_not_empty(text: str, cfg: DataConfig) -> None:
-    """ValueError naming the source when the corpus has nothing to learn: no characters, or
-    only the newlines that end and separate its files, or only whitespace."""
-    if text.strip():
-        return
-    what = "no text" if not text.strip("\n") else f"only whitespace ({len(text):,} characters)"
-    raise ValueError(f"prepare: the corpus is empty: {describe_source(cfg)} holds {what}; "
-                     f"point data.path (or data.paths, data.dataset) at some text")
-
-
-def _split(ids: np.ndarray, cfg: DataConfig, characters: int) -> tuple:
-    n_val = int(len(ids) * cfg.val_fraction)
-    n_train = len(ids) - n_val
-    if min(n_train, n_val) < MIN_SPLIT_TOKENS:
-        empty = ": an empty val split" if n_val == 0 else ""
-        raise ValueError(f"prepare: the corpus is too small: {describe_source(cfg)} gave "
-                         f"{characters:,} characters, {len(ids):,} tokens, split into "
-                         f"{n_train:,} train and {n_val:,} val tokens "
-                         f"(data.val_fraction={cfg.val_fraction}{empty}); each split needs "
-                         f"at least {MIN_SPLIT_TOKENS} tokens. Use more text (data.max_chars, "
-                         f"data.path) or change data.val_fraction")
-    return ids[:n_train], ids[n_train:]
-
-
-def _write_atomically(directory: Path, key: str, files: Dict[str, Any], meta: Dict[str, Any],
-                      replace_complete: bool) -> Optional[PreparedData]:
-    """Build the folder beside ``directory`` and rename it into place, meta.json last, so a
-    prepare killed half-way never looks complete. Returns None when our folder is in place,
-    or the complete folder another prepare of the same key put there first (then ours is
-    dropped: the two hold the same tokens, and whoever reads theirs keeps reading it).
-    ``replace_complete`` (force) replaces a complete folder found at the start."""
+@contextlib.contextmanager
+def _one_prepare_at_a_time(directory: Path, log: Log) -> Iterator[None]:
+    """Hold ``<name>.lock`` beside ``directory`` (flock): a second prepare of the key waits
+    here until the first is done, then finds its folder."""
+    path = directory.with_name(directory.name + ".lock")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
+    while True:
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"data: waiting for another prepare of this config (it holds {path})")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:  # the holder before us may have deleted the file: lock the one at the path
+            same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()
     try:
-        for name, content in files.items():
-            if isinstance(content, np.ndarray):
-                content.tofile(tmp / name)
-            else:
-                (tmp / name).write_text(content, encoding="utf-8")
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n",
-                                       encoding="utf-8")
-        for _ in range(3):  # each retry follows another prepare's rename into our path
-            if not replace_complete:
-                theirs = _load_if_complete(directory, key)
-                if theirs is not None:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    return theirs
-            replace_complete = False  # one that appears later was made after we started
-            if directory.exists():  # stale, incomplete or forced: move aside, then delete
-                old = Path(tempfile.mkdtemp(dir=directory.parent,
-                                            prefix=f".{directory.name}.old-"))
-                with contextlib.suppress(FileNotFoundError):  # another prepare moved it
-                    os.replace(directory, old / "dir")
-                shutil.rmtree(old, ignore_errors=True)
-            try:
-                os.replace(tmp, directory)
-                return None
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-        raise RuntimeError(f"prepare: other prepares keep replacing {directory}; run one "
-                           f"prepare of this config at a time")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # while still locked: a waiter then sees it is gone and retries
+        f.close()
+
+
+def _replace_directory(work: Path, directory: Path) -> None:
+    """Rename the whole ``work`` folder to ``directory``; an old one there (stale, damaged
+    or forced) is moved aside first, then deleted."""
+    if directory.exists():
+        old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.old-"))
+        os.replace(directory, old / "dir")
+        shutil.rmtree(old, ignore_errors=True)
+    os.replace(work, directory)
 
 
 def prepare(cfg: DataConfig, *, force: bool = False, log: Log = print) -> PreparedData:
     """Tokenize ``cfg``'s corpus into ``prepared_dir(cfg)`` unless that is already done (or
-    ``force``); the PreparedData to train on."""
+    ``force``); the PreparedData to train on. An interrupted prepare continues where it
+    stopped (``force`` starts again)."""
     key, fingerprint = _key(cfg)
     directory = _directory(cfg, key)
     if not force:
         ready = _load_if_complete(directory, key)
         if ready is not None:
-            log(f"data: using prepared tokens in {directory} ({ready.meta['train_tokens']:,} "
-                f"train + {ready.meta['val_tokens']:,} val tokens, {ready.meta['tokenizer']} "
-                f"vocab {ready.vocab_size:,})")
+            _log_ready(ready, directory, log)
             return ready
-
-    started = time.perf_counter()
-    text = load_text(cfg, log=log)
-    loaded = time.perf_counter()
-    _check_not_empty(text, cfg)
-    log(f"data: read {len(text):,} characters from {cfg.source} in {loaded - started:.1f}s")
-    key, fingerprint = _key(cfg)  # again: a download may have created the source file
+    fetch_source(cfg, log)  # a download changes the fingerprint: the key after it
+    key, fingerprint = _key(cfg)
     directory = _directory(cfg, key)
+    started = time.perf_counter()
+    with _one_prepare_at_a_time(directory, log):
+        if not force:
+            theirs = _load_if_complete(directory, key)
+            if theirs is not None:
+                log(f"data: another prepare of this config finished first; using its tokens "
+                    f"in {directory}")
+                return theirs
+        work = directory.with_name(directory.name + ".partial")
+        preparation = Preparation(cfg, key, fingerprint, work, log)
+        try:
+            meta = preparation.run(force)
+        except (ValueError, TypeError):  # the corpus itself is the problem: nothing to keep
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        except KeyboardInterrupt:
+            done = read_manifest(work) or {"streams": {}}
+            shards = sum(len(s["shards"]) for s in done["streams"].values())
+            log(f"data: interrupted; {shards} finished shard(s) kept in {work}: prepare "
+                f"again to continue")
+            raise
+        _replace_directory(work, directory)
+    log(f"data: wrote {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
+        f"({meta['dtype']}, {len(meta['shards'])} shard(s), val split by "
+        f"{meta['val_split']}) to {directory} in {time.perf_counter() - started:.1f}s")
+    return PreparedData(directory, meta, load_tokenizer(directory / "tokenizer.json"))
 
-    tokenizer = build_tokenizer(cfg, text)
-    built = time.perf_counter()
-    if cfg.tokenizer == "bpe":
-        log(f"data: trained a byte-level BPE of vocab {tokenizer.vocab_size:,} in "
-            f"{built - loaded:.1f}s")
-    dtype = token_dtype(tokenizer.vocab_size)
-    ids = tokenizer.encode_array(text)  # (tokens,)
-    if ids.size and not 0 <= int(ids.min()) <= int(ids.max()) < tokenizer.vocab_size:
-        raise ValueError(f"prepare: the {tokenizer.kind} tokenizer gave ids in [{ids.min()}, "
-                         f"{ids.max()}], outside its vocabulary [0, {tokenizer.vocab_size})")
-    ids = ids.astype(dtype)  # the check above: no id wraps around
-    train, val = _split(ids, cfg, len(text))
-    encoded = time.perf_counter()
-    log(f"data: {len(ids):,} tokens ({tokenizer.kind}, vocab {tokenizer.vocab_size:,}, "
-        f"{len(text) / max(len(ids), 1):.2f} chars/token) in {encoded - built:.1f}s")
 
-    meta = {"format": PREPARE_FORMAT, "key": key, "tokenizer": tokenizer.kind,
-            "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
-            "train_tokens": int(len(train)), "val_tokens": int(len(val)),
-            "characters": len(text), "source_fingerprint": fingerprint,
-            "data_config": dataclasses.asdict(cfg),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "seconds": round(time.perf_counter() - started, 3)}
-    theirs = _write_atomically(directory, key, {"train.bin": train, "val.bin": val,
-                                                "tokenizer.json": tokenizer.to_json()}, meta,
-                               replace_complete=force)
-    if theirs is not None:
-        log(f"data: another prepare of this config finished first; using its tokens in "
-            f"{directory}")
-        return theirs
-    log(f"data: wrote {len(train):,} train + {len(val):,} val tokens ({dtype.name}) to "
-        f"{directory} in {time.perf_counter() - started:.1f}s")
-    return PreparedData(directory, meta, tokenizer)
+def _log_ready(ready: PreparedData, directory: Path, log: Log) -> None:
+    log(f"data: using prepared tokens in {directory} ({ready.meta['train_tokens']:,} "
+        f"train + {ready.meta['val_tokens']:,} val tokens, {ready.meta['tokenizer']} "
+        f"vocab {ready.vocab_size:,})")

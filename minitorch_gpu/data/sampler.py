@@ -1,4 +1,7 @@
-"""Random training batches from a token array, reproducible and resumable.
+"""Random training batches from a token split, reproducible and resumable.
+
+The tokens are a numpy array (or memmap) or a ``TokenSplit`` read across shard files, whose
+windows may cross from one shard into the next; a split's offsets are drawn over all of it.
 
 >>> sampler = BatchSampler(data.train_tokens(), block_size=64, batch_size=12, seed=1337)
 >>> x, y = sampler.next_batch()  # int64 Tensors (12, 64); y[:, t] is the token after x[:, t]
@@ -20,6 +23,7 @@ import numpy as np
 from ..backend import get_backend
 from ..backend.transfers import Upload
 from ..tensor import Tensor
+from .shards import TokenSplit
 
 __all__ = ["BatchSampler"]
 
@@ -44,9 +48,9 @@ class BatchSampler:
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"BatchSampler: expected seed to be an int >= 0 (system.seed), "
                              f"got {seed!r}")
-        if not isinstance(tokens, np.ndarray):
-            raise TypeError(f"BatchSampler: expected tokens as a numpy array (or memmap), got "
-                            f"{type(tokens).__name__}")
+        if not isinstance(tokens, (np.ndarray, TokenSplit)):
+            raise TypeError(f"BatchSampler: expected tokens as a numpy array (or memmap) or "
+                            f"a TokenSplit, got {type(tokens).__name__}")
         if tokens.ndim != 1 or tokens.dtype.kind not in "iu":
             raise ValueError(f"BatchSampler: expected a 1-D integer array of tokens, got "
                              f"{tokens.dtype} of shape {tokens.shape}")
@@ -77,7 +81,10 @@ class BatchSampler:
         rng_state = self._rng.bit_generator.state  # a new dict: where this batch starts
         # offsets in [0, len - block_size - 1], so the last target is at most tokens[-1]
         ix = self._rng.integers(0, len(self.tokens) - self.block_size, size=self.batch_size)
-        rows = self.tokens[ix[:, None] + self._window]  # (B, T+1), the tokens' dtype
+        if isinstance(self.tokens, TokenSplit):  # (B, T+1), the tokens' dtype
+            rows = self.tokens.windows(ix, self.block_size + 1)
+        else:
+            rows = self.tokens[ix[:, None] + self._window]
         # x (B, T) and y (B, T), the targets: x shifted by one, as int64
         upload = self._backend.host_to_device_async((rows[:, :-1], rows[:, 1:]), np.int64)
         return _Drawn(rng_state, upload)
@@ -87,7 +94,8 @@ class BatchSampler:
         so that a sampler loading it draws that batch next, as this one returns it."""
         state = self._ahead.rng_state if self._ahead is not None else \
             self._rng.bit_generator.state
-        return {"seed": self.seed, "bit_generator": copy.deepcopy(state)}
+        return {"seed": self.seed, "tokens": len(self.tokens),
+                "bit_generator": copy.deepcopy(state)}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state`` (from ``state_dict``): the next batches are those an
@@ -100,6 +108,10 @@ class BatchSampler:
         if name != "PCG64":
             raise ValueError(f"BatchSampler.load_state_dict: expected a PCG64 state, got "
                              f"bit generator {name!r}")
+        if state.get("tokens", len(self.tokens)) != len(self.tokens):
+            raise ValueError(f"BatchSampler.load_state_dict: the state was drawn over "
+                             f"{state['tokens']:,} tokens, this split has "
+                             f"{len(self.tokens):,}: the data changed since it was saved")
         self._rng.bit_generator.state = copy.deepcopy(generator)
         self.seed = int(state.get("seed", self.seed))
         self._ahead = None  # drawn from the old position: drawn again from the new one

@@ -15,8 +15,10 @@
 """
 from __future__ import annotations
 
+import codecs
 import glob
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -24,13 +26,15 @@ import sysconfig
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional,
+                    Tuple)
 
 from ..system.atomic import atomic_write
 from .config import DataConfig
 from ..system.machine import cache_dir
 
-__all__ = ["cache_root", "describe_source", "load_text", "source_fingerprint",
+__all__ = ["cache_root", "describe_source", "load_text", "source_fingerprint", "documents",
+           "document_count", "joined_pieces", "fetch_source", "joining", "Joining",
            "text_file_paths", "stdlib_file_paths", "TINYSHAKESPEARE_URL",
            "TINYSHAKESPEARE_SHA256"]
 
@@ -72,39 +76,49 @@ def _stat(path: Path) -> Tuple[str, int, int, int]:
     return str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
+BLOCK_CHARS = 1 << 20  # a file is read this many characters at a time
+
+
+def _blocks(path: Path, strict: bool) -> Iterator[str]:
+    """The text of ``path`` in blocks of BLOCK_CHARS characters, with universal newlines
+    ("\r\n" and a lone "\r" read as "\n", across block edges too); at least one block
+    ("" for an empty file). ``strict``: a file the user named must be UTF-8, and a
+    ValueError names it (a binary file a glob picked up, a Latin-1 or UTF-16 file) rather
+    than training on replacement characters; else bad bytes read as U+FFFD."""
+    with open(path, encoding="utf-8", errors="strict" if strict else "replace") as f:
+        first = True
+        while True:
+            try:
+                block = f.read(BLOCK_CHARS)
+            except UnicodeDecodeError as exc:
+                offset, byte = _first_bad_byte(path)
+                raise ValueError(
+                    f"data source text_files: {str(path)!r} is not UTF-8 text (byte "
+                    f"0x{byte:02x} at offset {offset}: {exc.reason}); convert it to UTF-8 "
+                    f"or leave it out of data.path/data.paths") from None
+            if not block and not first:
+                return
+            first = False
+            yield block
+
+
+def _first_bad_byte(path: Path) -> Tuple[int, int]:
+    """The offset and value of the first byte of ``path`` that is not UTF-8, read in blocks."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    done = 0
+    with open(path, "rb") as f:
+        for data in iter(lambda: f.read(1 << 20), b""):
+            pending = len(decoder.getstate()[0])  # the last block's unfinished character
+            try:
+                decoder.decode(data)
+            except UnicodeDecodeError as exc:  # exc.object: the pending bytes + data
+                return done - pending + exc.start, exc.object[exc.start]
+            done += len(data)
+    return done, 0
+
+
 def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
-
-
-def _read_utf8(path: Path) -> str:
-    """The text of a file the user named; ValueError, naming it, if it is not UTF-8 (a
-    binary file a glob picked up, a Latin-1 or UTF-16 file), rather than training on
-    replacement characters."""
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"data source text_files: {str(path)!r} is not UTF-8 text (byte "
-                         f"0x{data[exc.start]:02x} at offset {exc.start}: {exc.reason}); "
-                         f"convert it to UTF-8 or leave it out of data.path/data.paths") from None
-    # universal newlines, as _read (read_text) gives them: "\r\n" and a lone "\r" become "\n"
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
-
-
-def _join_files(paths: List[Path], max_chars: Optional[int],
-                read: Callable[[Path], str] = _read) -> str:
-    """The files' texts (each from ``read``) with one blank line between them, reading no
-    further than ``max_chars`` needs."""
-    parts, total = [], 0
-    for path in paths:
-        text = read(path)
-        if not text.endswith("\n"):
-            text += "\n"
-        parts.append(text)
-        total += len(text) + 1
-        if max_chars is not None and total >= max_chars:
-            break
-    return "\n".join(parts)
+    return "".join(_blocks(path, strict=False))
 
 
 # --- text_files -------------------------------------------------------------------------------
@@ -226,11 +240,15 @@ def _hf_local_path(cfg: DataConfig) -> Optional[Path]:
     return path
 
 
-def _load_hf_dataset(cfg: DataConfig) -> Any:
+def _hf_rows(cfg: DataConfig) -> Tuple[Iterator[Dict[str, Any]], Optional[List[str]],
+                                         Optional[int]]:
+    """The dataset's rows as a stream, its columns and its row count where known before
+    reading: a save_to_disk folder is memory-mapped Arrow, read a batch at a time; a local
+    file and a hub dataset stream through ``datasets``' streaming loaders (a hub dataset is
+    then read over the network as it is used, never downloaded whole)."""
     import datasets  # slow to import (~1 s): only when this source is used
 
     path = _hf_local_path(cfg)
-    hf_cache = str(cache_root(cfg) / "hf_datasets")
     if path is not None and path.is_dir():
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
@@ -238,39 +256,135 @@ def _load_hf_dataset(cfg: DataConfig) -> Any:
                 raise ValueError(f"data source hf_dataset: {cfg.path!r} has splits "
                                  f"{sorted(loaded)}, not data.split {cfg.split!r}")
             loaded = loaded[cfg.split]
-        return loaded
+        columns = list(loaded.column_names)
+        if cfg.text_field not in columns:
+            raise ValueError(f"data source hf_dataset: data.text_field {cfg.text_field!r} is "
+                             f"not a column; the dataset has {columns}")
+        column = loaded.select_columns([cfg.text_field])
+        rows = ({cfg.text_field: text} for batch in column.iter(batch_size=1000)
+                for text in batch[cfg.text_field])
+        return rows, columns, len(loaded)
     if path is not None:  # one local file is one split, "train"
         builder = HF_BUILDERS[path.suffix.lower()]
         extra = {"sample_by": "document"} if builder == "text" else {}  # the file as it is
-        return datasets.load_dataset(builder, data_files=str(path), split="train",
-                                     cache_dir=hf_cache, **extra)
-    return datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=cfg.split,
-                                 cache_dir=hf_cache)
+        stream = datasets.load_dataset(builder, data_files=str(path), split="train",
+                                       streaming=True, **extra)
+    else:
+        stream = datasets.load_dataset(cfg.dataset, cfg.dataset_config, split=cfg.split,
+                                       streaming=True)
+    return iter(stream), None, None
 
 
-def _hf_text(cfg: DataConfig) -> str:
-    dataset = _load_hf_dataset(cfg)
-    columns = list(dataset.column_names)
-    if cfg.text_field not in columns:
-        raise ValueError(f"data source hf_dataset: data.text_field {cfg.text_field!r} is not "
-                         f"a column; the dataset has {columns}")
-    texts: List[str] = []
-    total = 0
-    column = dataset.select_columns([cfg.text_field])
-    for batch in column.iter(batch_size=10_000):  # a batch at a time: stop at max_chars
-        kept = [t for t in batch[cfg.text_field] if t is not None]
-        if not all(isinstance(t, str) for t in kept):
-            odd = next(t for t in kept if not isinstance(t, str))
+def _hf_texts(cfg: DataConfig) -> Iterator[str]:
+    """The text column of the dataset's rows in order, rows without text (None) left out."""
+    rows, columns, _ = _hf_rows(cfg)
+    for row in rows:
+        if columns is None:  # a stream: its first row names the columns
+            columns = list(row)
+            if cfg.text_field not in row:
+                raise ValueError(f"data source hf_dataset: data.text_field "
+                                 f"{cfg.text_field!r} is not a column; the dataset has "
+                                 f"{columns}")
+        text = row[cfg.text_field]
+        if text is None:
+            continue
+        if not isinstance(text, str):
             raise TypeError(f"data source hf_dataset: data.text_field {cfg.text_field!r}: "
-                            f"expected a column of strings, got {type(odd).__name__} {odd!r:.80}")
-        texts.extend(kept)
-        total += sum(len(t) + 2 for t in kept)
-        if cfg.max_chars is not None and total >= cfg.max_chars:
-            break
-    return "\n\n".join(texts)
+                            f"expected a column of strings, got {type(text).__name__} "
+                            f"{text!r:.80}")
+        yield text
 
 
+# --- the corpus as documents ------------------------------------------------------------------
+class Joining(NamedTuple):
+    """How a source's documents join into the one text ``load_text`` gives."""
+
+    separator: str  # between two documents
+    newline_end: bool  # a document not ending in "\n" gets one
+
+
+def joining(cfg: DataConfig) -> Joining:
+    """Files end with a newline and are separated by a blank line; dataset rows are
+    separated by a blank line; tinyshakespeare is one file, read as it is."""
+    if cfg.source in ("text_files", "python_stdlib"):
+        return Joining("\n", True)
+    return Joining("\n\n", False) if cfg.source == "hf_dataset" else Joining("", False)
+
+
+def documents(cfg: DataConfig, log: Log = print) -> Iterator[Iterable[str]]:
+    """The corpus's documents in order (a file, a dataset row), each an iterable of text
+    blocks, at least one: nothing is read before it is asked for, so a corpus of any size
+    streams through in bounded memory."""
+    if cfg.source == "text_files":
+        for path in text_file_paths(cfg):
+            yield _blocks(path, strict=True)
+    elif cfg.source == "python_stdlib":
+        for path in stdlib_file_paths():
+            yield _blocks(path, strict=False)
+    elif cfg.source == "tinyshakespeare":
+        yield _blocks(_tinyshakespeare_path(cfg, log), strict=False)
+    elif cfg.source == "hf_dataset":
+        for text in _hf_texts(cfg):
+            yield (text,)
+    else:
+        raise ValueError(f"data.source: expected one of text_files, python_stdlib, "
+                         f"tinyshakespeare, hf_dataset, got {cfg.source!r}")
+
+
+def document_count(cfg: DataConfig) -> Optional[int]:
+    """How many documents ``documents(cfg)`` yields, where that is known without reading
+    them (None for a streamed dataset); before data.max_chars cuts it."""
+    if cfg.source == "text_files":
+        return len(text_file_paths(cfg))
+    if cfg.source == "python_stdlib":
+        return len(stdlib_file_paths())
+    if cfg.source == "hf_dataset":
+        path = _hf_local_path(cfg)
+        return _hf_rows(cfg)[2] if path is not None and path.is_dir() else None
+    return 1
+
+
+def joined_pieces(cfg: DataConfig, route: Optional[Callable[[int], int]] = None,
+                  log: Log = print) -> Iterator[Tuple[int, int, str]]:
+    """``(document, stream, text)`` pieces of the corpus, in order: document ``i`` goes to stream
+    ``route(i)`` (0 for all without ``route``), and the documents of one stream join as
+    ``joining(cfg)`` says. ``data.max_chars`` cuts the pieces of all streams together, so
+    with one stream their concatenation is ``load_text(cfg)``."""
+    separator, newline_end = joining(cfg)
+    budget = cfg.max_chars
+    started = set()  # the streams that hold a document already
+    for index, blocks in enumerate(documents(cfg, log)):
+        stream = route(index) if route is not None else 0
+        pieces: Iterable[str] = blocks
+        if stream in started and separator:
+            pieces = itertools.chain((None,), blocks)  # None: the separator
+        started.add(stream)
+        last = ""  # the document's own last characters (an empty file still gets "\n")
+        for piece in pieces:
+            if piece is None:
+                piece = separator
+            elif piece:
+                last = piece
+            kept = piece if budget is None else piece[:budget]
+            yield index, stream, kept
+            if budget is not None:
+                budget -= len(kept)
+                if budget <= 0:
+                    return
+        if newline_end and not last.endswith("\n"):
+            yield index, stream, "\n"
+            if budget is not None:
+                budget -= 1
+                if budget <= 0:
+                    return
 # --- the public entry points ------------------------------------------------------------------
+def fetch_source(cfg: DataConfig, log: Log = print) -> None:
+    """Download what the source needs before it is read (tinyshakespeare, once); nothing for
+    the others, which stream from where they are."""
+    if cfg.source == "tinyshakespeare":
+        _tinyshakespeare_path(cfg, log)
+
+
 def describe_source(cfg: DataConfig) -> str:
     """The corpus as the user named it, for messages: ``text_files 'notes/*.txt'``,
     ``hf_dataset 'roneneldan/TinyStories' (split 'train', field 'text')``, with the
@@ -293,19 +407,9 @@ def describe_source(cfg: DataConfig) -> str:
 
 def load_text(cfg: DataConfig, *, log: Log = print) -> str:
     """The whole corpus of ``cfg`` as one string, cut to ``data.max_chars``. ``log`` gets
-    notes (a download, a non-reference tinyshakespeare)."""
-    if cfg.source == "text_files":
-        text = _join_files(text_file_paths(cfg), cfg.max_chars, read=_read_utf8)
-    elif cfg.source == "python_stdlib":
-        text = _join_files(stdlib_file_paths(), cfg.max_chars)
-    elif cfg.source == "tinyshakespeare":
-        text = _read(_tinyshakespeare_path(cfg, log))
-    elif cfg.source == "hf_dataset":
-        text = _hf_text(cfg)
-    else:
-        raise ValueError(f"data.source: expected one of text_files, python_stdlib, "
-                         f"tinyshakespeare, hf_dataset, got {cfg.source!r}")
-    return text if cfg.max_chars is None else text[:cfg.max_chars]
+    notes (a download, a non-reference tinyshakespeare). Small corpora only: ``prepare``
+    streams ``joined_pieces`` instead."""
+    return "".join(piece for _, _, piece in joined_pieces(cfg, log=log))
 
 
 def _hf_fingerprint(cfg: DataConfig) -> Any:

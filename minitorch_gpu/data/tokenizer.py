@@ -57,6 +57,11 @@ class Tokenizer:
         """The ids of ``text`` as a 1-D int64 array: the fast path for whole corpora."""
         raise NotImplementedError
 
+    def encode_chunks(self, chunks: Sequence[str]) -> List[np.ndarray]:
+        """The ids of each of ``chunks``, texts already cut where the ids of their join do
+        not change (``_chunks``): the path of a streamed corpus."""
+        return [self.encode_array(chunk) for chunk in chunks]
+
     def encode(self, text: str) -> List[int]:
         return self.encode_array(text).tolist()
 
@@ -209,15 +214,13 @@ class BPETokenizer(Tokenizer):
         chunks = list(_chunks(text))
         if not chunks:
             return np.zeros(0, dtype=np.int64)
+        return np.concatenate(self.encode_chunks(chunks))
+
+    def encode_chunks(self, chunks: Sequence[str]) -> List[np.ndarray]:
+        # one call for all: the Rust encoder spreads the chunks over every core
         encode = getattr(self.hf, "encode_batch_fast", self.hf.encode_batch)  # no offsets
-        encodings = encode(chunks, add_special_tokens=False)
-        lengths = [len(e.ids) for e in encodings]
-        ids = np.empty(sum(lengths), dtype=np.int64)
-        start = 0
-        for encoding, n in zip(encodings, lengths):
-            ids[start:start + n] = encoding.ids
-            start += n
-        return ids
+        return [np.array(e.ids, dtype=np.int64)
+                for e in encode(list(chunks), add_special_tokens=False)]
 
     def decode(self, ids: Union[Sequence[int], np.ndarray]) -> str:
         # keep <|endoftext|>: a text holding it must come back whole
