@@ -16,6 +16,7 @@ import minitorch_gpu as mt
 from minitorch_gpu.data import consecutive_windows, prepare
 from minitorch_gpu.pretrained.inference import load_for_inference
 from minitorch_gpu.train.config import config_from_dict, load_config
+from minitorch_gpu.train.plot_runs import plot_runs, read_run
 from minitorch_gpu.train.run_lock import lock_run_directory
 from minitorch_gpu.train.trainer import Trainer, TrainingError
 from conftest import corpus_text
@@ -130,6 +131,7 @@ def test_hellaswag_through_the_cli_with_output_and_metrics(run):
     logged = [r for r in records(run_dir / "metrics.jsonl") if r.get("task") == "hellaswag"]
     assert logged[-1]["type"] == "eval_task" and logged[-1]["iter"] == 8
     assert logged[-1]["acc_norm"] == result["acc_norm"]
+    assert len(read_run(run_dir).eval["iter"]) == 3  # plot reads past eval_task records
     limited = cli("eval", run_dir, "--task", "hellaswag", "--data", data, "--limit", "2",
                   "--json", cwd=workdir)
     assert json.loads(limited.stdout.splitlines()[1])["examples"] == 2
@@ -201,11 +203,16 @@ def test_hellaswag_every_interval_during_training(tmp_path, monkeypatch):
     assert [r["iter"] for r in scored] == [3, 6, 7]  # every 3, and at the end; not at 0
     assert all(r["examples"] == 3 and 0 <= r["acc"] <= 1 and 0 <= r["acc_norm"] <= 1
                for r in scored)
+    drawn = read_run(result.run_dir)
+    assert drawn.hellaswag["iter"].tolist() == [3, 6, 7]
+    assert drawn.hellaswag["acc_norm"].tolist() == [r["acc_norm"] for r in scored]
     # resumed at 7 and trained on to 9: 7 is not scored again
     resumed = load_config(config, ["train.max_iters=9", "train.resume=true"])
     result = Trainer(resumed, log=quiet, progress=False).fit()
     scored = [r for r in records(result.run_dir / "metrics.jsonl") if r["type"] == "hellaswag"]
     assert [r["iter"] for r in scored] == [3, 6, 7, 9]
+    pytest.importorskip("matplotlib")
+    assert plot_runs([drawn], tmp_path / "runs.png").stat().st_size > 0
 
 
 def test_a_bad_hellaswag_file_stops_the_run_before_it_trains(tmp_path, monkeypatch):
