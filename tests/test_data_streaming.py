@@ -298,3 +298,44 @@ def test_an_empty_file_still_adds_its_newline(tmp_path):
     for name, text in (("a.txt", "x"), ("b.txt", ""), ("c.txt", "y\n")):
         (folder / name).write_text(text)
     assert load_text(cfg_for(tmp_path, folder)) == "x\n\n\n\ny\n"
+
+
+def test_training_from_many_shards_resumes_exactly(tmp_path, monkeypatch):
+    """A run trained on a corpus in shards of 150 tokens, in halves, then resumed: the
+    losses and weights of the run in one go (float64, dropout on)."""
+    from minitorch_gpu.checkpoint import load_checkpoint
+    from minitorch_gpu.train.config import load_config
+    from minitorch_gpu.train.trainer import Trainer
+
+    corpus = make_corpus(tmp_path / "corpus", 12)
+    monkeypatch.setenv("MINITORCH_GPU_CACHE", str(tmp_path / "cache"))
+    config = tmp_path / "sharded.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        model: {{n_layer: 1, n_head: 2, n_embd: 16, block_size: 16, dropout: 0.1}}
+        data: {{source: text_files, path: '{corpus}/*.txt', tokenizer: char, shard_tokens: 150,
+                workers: 0, val_fraction: 0.25}}
+        train: {{batch_size: 4, max_iters: 10, warmup_iters: 2, lr: 3.0e-3, log_interval: 1,
+                 lr_decay_iters: 10}}
+        eval: {{interval: 5, iters: 2}}
+        checkpoint: {{dir: {tmp_path / 'ckpts'}}}
+        system: {{seed: 7, dtype: float64}}
+    """))
+    quiet = lambda *_: None  # noqa: E731
+    straight = Trainer(load_config(config, ["checkpoint.run_name=straight"]), log=quiet,
+                       progress=False).fit()
+    prepared = next((tmp_path / "cache" / "prepared").glob("text_files-*"))
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    assert manifest["val_split"] == "documents" and len(manifest["shards"]) > 20
+    Trainer(load_config(config, ["checkpoint.run_name=halves", "train.max_iters=5"]),
+            log=quiet, progress=False).fit()
+    resumed = Trainer(load_config(config, ["checkpoint.run_name=halves", "train.resume=true"]),
+                      log=quiet, progress=False).fit()
+
+    def losses(run):
+        lines = (run.run_dir / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line)["loss"] for line in lines if '"train"' in line]
+
+    np.testing.assert_allclose(losses(resumed), losses(straight), rtol=1e-10)
+    a, b = (load_checkpoint(r.last_checkpoint).model for r in (straight, resumed))
+    for key in a:
+        np.testing.assert_allclose(b[key], a[key], rtol=1e-10, atol=1e-12)
