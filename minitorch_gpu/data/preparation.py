@@ -184,7 +184,8 @@ class Preparation:
         seen = [0] * len(self.streams)  # the characters of each stream read so far
         chunkers = [Chunker(CHUNK_CHARS, start) for start in starts]
         skip = [resume[name]["skip_tokens"] for name in self.streams]
-        chunk_at: List[Optional[int]] = [None] * len(self.streams)  # the chunk being written
+        # per stream: the chunk being written, (its first character, its first token)
+        chunk_at: List[Optional[Tuple[int, int]]] = [None] * len(self.streams)
         written = [sum(s["tokens"] for s in streams[name]["shards"]) for name in self.streams]
         closed = list(written)
 
