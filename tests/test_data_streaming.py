@@ -339,3 +339,40 @@ def test_training_from_many_shards_resumes_exactly(tmp_path, monkeypatch):
     a, b = (load_checkpoint(r.last_checkpoint).model for r in (straight, resumed))
     for key in a:
         np.testing.assert_allclose(b[key], a[key], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete", "manifest"])
+def test_a_damaged_partial_prepare_starts_again(tmp_path, monkeypatch, damage):
+    # a shard of the unfinished prepare cut short or gone, or a manifest missing a resume
+    # point: it was installed as finished, or raised KeyError on every later prepare
+    corpus = make_corpus(tmp_path / "corpus", 8)
+    cfg = cfg_for(tmp_path, corpus, shard_tokens=500, val_split="position")
+    whole = prepare(DataConfig(**{**cfg.__dict__, "cache_dir": str(tmp_path / "whole")}),
+                    log=lambda line: None)
+    close = shards.ShardWriter._close_shard
+    calls = []
+
+    def crash_at_the_fourth_shard(self):
+        calls.append(None)
+        if len(calls) == 4:
+            raise RuntimeError("the machine went down")
+        return close(self)
+
+    monkeypatch.setattr(shards.ShardWriter, "_close_shard", crash_at_the_fourth_shard)
+    with pytest.raises(RuntimeError):
+        prepare(cfg, log=lambda line: None)
+    monkeypatch.setattr(shards.ShardWriter, "_close_shard", close)
+    partial = next((tmp_path / "cache" / "prepared").glob("*.partial"))
+    shard = partial / "tokens_000001.bin"
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:1124])
+    elif damage == "delete":
+        shard.unlink()
+    else:
+        manifest = json.loads((partial / "manifest.json").read_text())
+        del manifest["streams"]["tokens"]["resume"]
+        (partial / "manifest.json").write_text(json.dumps(manifest))
+    lines = []
+    again = prepare(cfg, log=lines.append)
+    assert any("is damaged" in line and "starting again" in line for line in lines)
+    assert np.array_equal(all_ids(again), all_ids(whole))

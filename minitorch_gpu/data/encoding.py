@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import multiprocessing
 import os
+import signal
 from typing import Any, Deque, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -87,6 +88,7 @@ _WORKER_TOKENIZER: Optional[Tokenizer] = None
 
 def _start_worker(tokenizer_json: str) -> None:
     global _WORKER_TOKENIZER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool, quietly
     _WORKER_TOKENIZER = tokenizer_from_json(tokenizer_json)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..system.atomic import atomic_write
 from .config import DataConfig
 from .encoding import BATCH_CHARS, Chunker, default_workers, encode_in_order
-from .shards import ShardWriter
+from .shards import ShardWriter, read_header
 from .sources import describe_source, document_count, joined_pieces
 from .tokenizer import (CHUNK_CHARS, BPETokenizer, CharTokenizer, Tokenizer, _check_lossless,
                         load_tokenizer)
@@ -154,12 +154,13 @@ class Preparation:
                 manifest.get("format") == PREPARE_FORMAT and not manifest.get("complete"):
             try:
                 tokenizer = load_tokenizer(self.work / "tokenizer.json")
-                shards = sum(len(s["shards"]) for s in manifest["streams"].values())
+                shards = self._check_partial(manifest)
                 self.log(f"data: continuing the prepare in {self.work} after its {shards} "
                          f"finished shard(s)")
                 return tokenizer, manifest
-            except (OSError, ValueError, KeyError):
-                pass  # damaged: start again
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                self.log(f"data: the unfinished prepare in {self.work} is damaged ({exc}); "
+                         f"starting again")
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
         tokenizer = self._build_tokenizer()
@@ -172,6 +173,26 @@ class Preparation:
                                 for name in self.streams}}
         _write_manifest(self.work, manifest)
         return tokenizer, manifest
+
+    def _check_partial(self, manifest: Dict[str, Any]) -> int:
+        """The number of finished shards a partial manifest lists; ValueError (KeyError,
+        TypeError) when it lacks a stream or a resume point, or a shard's file is not the
+        whole shard it lists (truncated, deleted, another dtype)."""
+        dtype, streams = np.dtype(manifest["dtype"]), manifest["streams"]
+        if sorted(streams) != sorted(self.streams):
+            raise ValueError(f"streams {sorted(streams)}, expected {sorted(self.streams)}")
+        count = 0
+        for name in self.streams:
+            resume = streams[name]["resume"]
+            if not all(isinstance(resume[key], int) and resume[key] >= 0
+                       for key in ("chars", "skip_tokens")):
+                raise ValueError(f"stream {name}: a bad resume point {resume!r}")
+            for shard in streams[name]["shards"]:
+                if read_header(self.work / shard["name"]) != (shard["tokens"], dtype):
+                    raise ValueError(f"shard {shard['name']} does not hold the "
+                                     f"{shard['tokens']:,} {dtype.name} tokens listed")
+                count += 1
+        return count
 
     def run(self, force: bool) -> Dict[str, Any]:
         cfg, started = self.cfg, time.perf_counter()
@@ -222,13 +243,15 @@ class Preparation:
                 at, seen[k] = seen[k], seen[k] + len(piece)
                 if seen[k] <= starts[k]:
                     continue  # before the resume point: in an earlier prepare's shards
-                for offset, chunk in chunkers[k].feed(piece[max(starts[k] - at, 0):]):
-                    tags.append((k, offset))
-                    chunks.append(chunk)
-                    size += len(chunk)
-                if size >= BATCH_CHARS:
-                    yield tags, chunks
-                    tags, chunks, size = [], [], 0
+                piece = piece[max(starts[k] - at, 0):]
+                for cut in range(0, len(piece), BATCH_CHARS):  # a huge row: in slices
+                    for offset, chunk in chunkers[k].feed(piece[cut:cut + BATCH_CHARS]):
+                        tags.append((k, offset))
+                        chunks.append(chunk)
+                        size += len(chunk)
+                    if size >= BATCH_CHARS:
+                        yield tags, chunks
+                        tags, chunks, size = [], [], 0
             for k, chunker in enumerate(chunkers):
                 for offset, chunk in chunker.finish():
                     tags.append((k, offset))
@@ -247,6 +270,11 @@ class Preparation:
                             f"prepare: the {tokenizer.kind} tokenizer gave ids in "
                             f"[{ids.min()}, {ids.max()}], outside its vocabulary "
                             f"[0, {tokenizer.vocab_size})")
+                    if skip[k] > ids.size:  # the resume point's chunk encodes shorter
+                        raise RuntimeError(f"prepare: resuming, the chunk at character "
+                                           f"{offset:,} gave {ids.size:,} tokens, fewer "
+                                           f"than the {skip[k]:,} its shards hold; prepare "
+                                           f"again with --force")
                     chunk_at[k] = (offset, written[k] - skip[k])
                     writers[k].write(ids[skip[k]:])
                     written[k] += ids.size - skip[k]

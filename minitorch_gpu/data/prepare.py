@@ -160,8 +160,9 @@ def _one_prepare_at_a_time(directory: Path, log: Log) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # while still locked: a waiter then sees it is gone and retries
+        with contextlib.suppress(FileNotFoundError):  # ours only: a file someone deleted
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:  # and another made stays
+                path.unlink()  # while still locked: a waiter then sees it is gone, retries
         f.close()
 
 
@@ -210,6 +211,9 @@ def prepare(cfg: DataConfig, *, force: bool = False, log: Log = print) -> Prepar
             log(f"data: interrupted; {shards} finished shard(s) kept in {work}: prepare "
                 f"again to continue")
             raise
+        if _load_if_complete(work, key) is None:  # a shard lost or cut short on the way
+            raise RuntimeError(f"prepare: the shards in {work} do not match their manifest "
+                               f"after writing; prepare again with --force")
         _replace_directory(work, directory)
     log(f"data: wrote {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
         f"({meta['dtype']}, {len(meta['shards'])} shard(s), val split by "
